@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a virtual environment in .venv with torch 2.13.0 (CPU) and the test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+stamp=.venv/.setup-stamp
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+        "torch==2.13.0" numpy pytest pytest-xdist hypothesis expecttest
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+    touch "$stamp"
+fi
