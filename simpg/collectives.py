@@ -108,8 +108,13 @@ def reduce_tensors(tensors: Sequence[Tensor], op: str) -> Tensor:
     >>> reduce_tensors([torch.tensor(1.5), torch.tensor(2.0)], "avg").item()
     1.75
     """
-    _check_nonempty("tensors", tensors)
-    _check_same_meta("tensors", tensors, dtype=True, shape=True)
+    return _reduce("tensors", tensors, op)
+
+
+def _reduce(arg: str, tensors: Sequence[Tensor], op: str) -> Tensor:
+    """``reduce_tensors`` whose errors name the caller's argument ``arg``."""
+    _check_nonempty(arg, tensors)
+    _check_same_meta(arg, tensors, dtype=True, shape=True)
     check_reduce_op(op, tensors[0].dtype)
     fn = _binary(op, tensors[0].dtype)
     acc = tensors[0].detach().clone()  # a new tensor even for one rank: never alias inputs
@@ -148,10 +153,20 @@ def _check_root(arg: str, root: int, n: int) -> None:
 
 
 def _check_lists(arg: str, lists: Sequence[Sequence[Tensor]], n: int) -> None:
+    """n lists of n tensors, all of one dtype (that of ``lists[0][0]``)."""
     for r, lst in enumerate(lists):
         if len(lst) != n:
             raise ValueError(f"{arg}: rank {r} passed {len(lst)} tensors, expected {n} "
                              f"(one per rank of the group)")
+    ref = lists[0][0].dtype
+    for r, lst in enumerate(lists):
+        for i, t in enumerate(lst):
+            if not isinstance(t, Tensor):
+                raise ValueError(f"{arg}[{r}][{i}]: expected a torch.Tensor, got "
+                                 f"{type(t).__name__}")
+            if t.dtype != ref:
+                raise ValueError(f"{arg}: rank {r}'s tensor {i} has dtype {t.dtype}, expected "
+                                 f"{ref} (that of rank 0's tensor 0)")
 
 
 def _check_dim0(arg: str, tensors: Sequence[Tensor]) -> None:
@@ -175,7 +190,7 @@ def all_reduce(inputs: Sequence[Tensor], op: str) -> list[Tensor]:
     [5, 5]
     """
     _check_nonempty("inputs", inputs)
-    out = reduce_tensors(inputs, op)
+    out = _reduce("inputs", inputs, op)
     return [out] * len(inputs)
 
 
@@ -214,13 +229,10 @@ def reduce_scatter(inputs_lists: Sequence[Sequence[Tensor]], op: str) -> list[Te
     _check_nonempty("inputs_lists", inputs_lists)
     n = len(inputs_lists)
     _check_lists("inputs_lists", inputs_lists, n)
-    _check_same_meta("inputs_lists (first tensors)", [lst[0] for lst in inputs_lists],
-                     dtype=True, shape=False)
     outs = []
     for i in range(n):
         column = [lst[i] for lst in inputs_lists]
-        _check_same_meta(f"inputs_lists[*][{i}]", column, dtype=True, shape=True)
-        outs.append(reduce_tensors(column, op))
+        outs.append(_reduce(f"inputs_lists[*][{i}]", column, op))
     return outs
 
 
@@ -322,8 +334,6 @@ def all_to_all(inputs_lists: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
     _check_nonempty("inputs_lists", inputs_lists)
     n = len(inputs_lists)
     _check_lists("inputs_lists", inputs_lists, n)
-    _check_same_meta("inputs_lists (all tensors)", [t for lst in inputs_lists for t in lst],
-                     dtype=True, shape=False)
     return [[inputs_lists[src][dst].detach().clone() for src in range(n)] for dst in range(n)]
 
 
@@ -356,7 +366,7 @@ def reduce(inputs: Sequence[Tensor], dst: int, op: str) -> list[Tensor | None]:
     """
     _check_nonempty("inputs", inputs)
     _check_root("dst", dst, len(inputs))
-    out = reduce_tensors(inputs, op)
+    out = _reduce("inputs", inputs, op)
     return [out if r == dst else None for r in range(len(inputs))]
 
 
