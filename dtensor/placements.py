@@ -1,0 +1,164 @@
+"""Placements: how one mesh dimension lays out a tensor.
+
+``Shard(dim)`` splits tensor dim ``dim`` across the mesh dimension (``torch.chunk`` semantics),
+``Replicate()`` gives every rank the whole extent, ``Partial(op)`` gives every rank a full-size
+addend (or max/min candidate) whose reduction over the mesh dimension is the value.
+
+They are frozen value objects: hashable, usable as cache keys, ``repr`` evals back.
+
+>>> Shard(0), str(Shard(0)), str(Partial())
+(Shard(dim=0), 'S(0)', 'P(sum)')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+REDUCE_OPS = ("sum", "avg", "max", "min")
+
+# Note [Mixing Partial ops]
+# A placement list with Partial on several mesh dims means "reduce over all of them". Sum and
+# avg are both linear, so they commute with each other; max and min commute only with
+# themselves. [P(sum), P(max)] would depend on which mesh dim is reduced first, so
+# normalize_placements rejects lists that mix ops from different families.
+_OP_FAMILY = {"sum": "linear", "avg": "linear", "max": "max", "min": "min"}
+
+
+class PlacementError(ValueError):
+    """A placement, or a list of placements, that cannot describe the tensor on the mesh."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Split tensor dim ``dim`` across one mesh dimension, like ``torch.chunk``.
+
+    >>> Shard(1)
+    Shard(dim=1)
+    """
+
+    dim: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int):
+            raise PlacementError(f"Shard(dim={self.dim!r}): dim must be an int")
+        if self.dim < 0:
+            # A negative dim only means something against a tensor's ndim.
+            raise PlacementError(
+                f"Shard(dim={self.dim}): dim must be >= 0; to count from the end, pass the int "
+                f"{self.dim} to normalize_placements(placements, ndim, mesh_ndim), which "
+                f"resolves it against the tensor's ndim"
+            )
+
+    def __str__(self) -> str:
+        return f"S({self.dim})"
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate:
+    """Every rank of the mesh dimension holds the whole extent.
+
+    >>> Replicate()
+    Replicate()
+    """
+
+    def __str__(self) -> str:
+        return "R"
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """Every rank holds a full-size piece; reducing them with ``reduce_op`` gives the value.
+
+    >>> Partial("max")
+    Partial(reduce_op='max')
+    """
+
+    reduce_op: str = "sum"
+
+    def __post_init__(self) -> None:
+        if self.reduce_op not in REDUCE_OPS:
+            raise PlacementError(
+                f"Partial(reduce_op={self.reduce_op!r}): expected one of {', '.join(REDUCE_OPS)}"
+            )
+
+    def __str__(self) -> str:
+        return f"P({self.reduce_op})"
+
+
+Placement = Shard | Replicate | Partial
+
+
+def is_shard(p: Placement, dim: int | None = None) -> bool:
+    """True for ``Shard`` (of ``dim`` when given). ``is_shard(Shard(1), 1)`` is True."""
+    return isinstance(p, Shard) and (dim is None or p.dim == dim)
+
+
+def is_replicate(p: Placement) -> bool:
+    """True for ``Replicate()``."""
+    return isinstance(p, Replicate)
+
+
+def is_partial(p: Placement) -> bool:
+    """True for ``Partial(...)``."""
+    return isinstance(p, Partial)
+
+
+def fmt_placements(placements: Sequence[Placement]) -> str:
+    """Short form for logs and test ids: ``[S(0),R]``."""
+    return "[" + ",".join(str(p) for p in placements) + "]"
+
+
+def normalize_placements(
+    placements: Sequence[Placement | int],
+    ndim: int,
+    mesh_ndim: int,
+    *,
+    shape: Sequence[int] | None = None,
+) -> tuple[Placement, ...]:
+    """Check ``placements`` against a tensor and a mesh; return them as a tuple.
+
+    An ``int`` entry ``d`` stands for ``Shard(d)`` and may be negative (counted from the end);
+    ``Shard`` itself only takes dims >= 0. ``shape``, when given, makes errors name it.
+
+    >>> normalize_placements([-1, Replicate()], ndim=2, mesh_ndim=2)
+    (Shard(dim=1), Replicate())
+    """
+    where = f"a {ndim}-d tensor" + (f" of shape {tuple(shape)}" if shape is not None else "")
+    if len(placements) != mesh_ndim:
+        raise PlacementError(
+            f"{len(placements)} placements {_fmt_any(placements)} for a {mesh_ndim}-d mesh: "
+            f"expected one placement per mesh dim ({mesh_ndim})"
+        )
+    out: list[Placement] = []
+    for p in placements:
+        if isinstance(p, int) and not isinstance(p, bool):
+            dim = p
+        elif isinstance(p, Shard):
+            dim = p.dim
+        elif isinstance(p, (Replicate, Partial)):
+            out.append(p)
+            continue
+        else:
+            raise PlacementError(
+                f"{p!r} in {_fmt_any(placements)} is not a placement: expected Shard(dim), "
+                f"Replicate(), Partial(op) or an int dim"
+            )
+        if not -ndim <= dim < ndim:
+            raise PlacementError(
+                f"Shard({dim}) is out of range for {where}: expected a dim in "
+                f"[{-ndim}, {ndim - 1}]"
+            )
+        out.append(Shard(dim % ndim))
+    families = sorted({_OP_FAMILY[p.reduce_op] for p in out if isinstance(p, Partial)})
+    if len(families) > 1:
+        raise PlacementError(
+            f"{fmt_placements(out)} mixes Partial ops from different families ({families}): the "
+            f"value would depend on which mesh dim is reduced first; expected sum/avg only, or "
+            f"max only, or min only (see Note [Mixing Partial ops])"
+        )
+    return tuple(out)
+
+
+def _fmt_any(placements: Sequence[object]) -> str:
+    return "[" + ",".join(str(p) for p in placements) + "]"

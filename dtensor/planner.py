@@ -1,0 +1,304 @@
+"""Redistribute planning: which steps turn one placement list into another, and what they cost.
+
+``plan`` is pure: it looks only at placements and shapes. It runs Dijkstra over placement
+lists; each edge is one step (a collective or a local op) over a group of mesh dims, costed
+by ``step_bytes``. The cheapest path wins: fewest bytes, then fewest collectives, then fewest
+steps.
+
+Note [Cost model]
+Each step costs the bytes received, summed over all ranks, under ring algorithms. For a group
+of n ranks, group rank i:
+  all_gather     inputs in_j:                   received_i = sum_j in_j - in_i
+  reduce_scatter input S, output pieces o_j:    received_i = S - o_i
+  all_reduce     S bytes, numel split in n c_j: received_i = 2 * (S - c_i)
+  all_to_all     received_i = what the others send to i (each needed element once)
+  local steps    0
+simpg's trace implements the same formulas independently; ``step_received`` gives the
+per-rank figures to compare with it.
+
+>>> from dtensor.placements import Shard, Replicate
+>>> [s.kind for s in plan([Shard(0)], [Replicate()], (4,), (5, 3))]
+['all_gather']
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from dtensor.layout import (Box, box_contains, box_intersect, box_numel, local_box,
+                            mesh_coordinates, mesh_groups)
+from dtensor.placements import (Partial, Placement, Replicate, Shard, fmt_placements,
+                                normalize_placements)
+
+COLLECTIVE_KINDS = ("all_gather", "all_to_all", "all_reduce", "reduce_scatter")
+LOCAL_KINDS = ("local_slice", "local_partial", "local_scale")
+STEP_KINDS = COLLECTIVE_KINDS + LOCAL_KINDS
+
+Coord = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a plan: ``kind`` run over the group spanning ``mesh_dims``.
+
+    ``src`` / ``dst`` are the whole placement lists before and after; they differ only on
+    ``mesh_dims`` (which may also hold unchanged Shard dims an all_to_all must span).
+
+    kinds:
+      all_gather      S(d) -> R on every mesh dim of the group; pieces cat in group-rank order
+      all_to_all      S/R -> S/R; each rank receives the part of its new piece it lacks
+      all_reduce      P(op) -> R
+      reduce_scatter  P(op) -> S(d)
+      local_slice     S/R -> S/R where each new piece lies inside the old one
+      local_partial   R/S(d) -> P(op); the reduction's identity fills the rest
+      local_scale     P(sum) <-> P(avg): multiply or divide by the group size
+    """
+
+    kind: str
+    mesh_dims: tuple[int, ...]
+    src: tuple[Placement, ...]
+    dst: tuple[Placement, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in STEP_KINDS:
+            raise ValueError(f"Step kind {self.kind!r}: expected one of {', '.join(STEP_KINDS)}")
+        if not self.mesh_dims or list(self.mesh_dims) != sorted(set(self.mesh_dims)):
+            raise ValueError(f"Step mesh_dims {self.mesh_dims}: expected distinct mesh dims "
+                             f"in increasing order")
+        if len(self.src) != len(self.dst) or max(self.mesh_dims) >= len(self.src):
+            raise ValueError(f"Step {self}: src, dst and mesh_dims must describe one mesh")
+        for m in range(len(self.src)):
+            if m not in self.mesh_dims and self.src[m] != self.dst[m]:
+                raise ValueError(f"Step {self}: mesh dim {m} changes but is not in the group "
+                                 f"{self.mesh_dims}")
+
+    @property
+    def is_collective(self) -> bool:
+        return self.kind in COLLECTIVE_KINDS
+
+    def __str__(self) -> str:
+        dims = ",".join(map(str, self.mesh_dims))
+        return f"{self.kind}({dims}) {fmt_placements(self.src)}->{fmt_placements(self.dst)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost model: Note [Cost model]
+
+
+def step_received(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[int],
+                  itemsize: int = 4) -> dict[Coord, int]:
+    """Bytes each rank receives in ``step``, by mesh coordinate (0 for local steps).
+
+    >>> step = Step("all_gather", (0,), (Shard(0),), (Replicate(),))
+    >>> step_received(step, (4,), (5,), itemsize=1)
+    {(0,): 3, (1,): 3, (2,): 4, (3,): 5}
+    """
+    return dict(_step_received(step, tuple(mesh_shape), tuple(global_shape), itemsize))
+
+
+@lru_cache(maxsize=65536)
+def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
+                   itemsize: int) -> tuple[tuple[Coord, int], ...]:
+    out: dict[Coord, int] = {c: 0 for c in mesh_coordinates(mesh_shape)}
+    if not step.is_collective:
+        return tuple(out.items())
+
+    def numel(placements: tuple[Placement, ...], coord: Coord) -> int:
+        return box_numel(local_box(global_shape, mesh_shape, placements, coord))
+
+    for group in mesh_groups(mesh_shape, step.mesh_dims):
+        n = len(group)
+        if step.kind == "all_gather":
+            total = sum(numel(step.src, c) for c in group)
+            for c in group:
+                out[c] = (total - numel(step.src, c)) * itemsize
+        elif step.kind == "all_to_all":
+            for c in group:
+                new = local_box(global_shape, mesh_shape, step.dst, c)
+                old = local_box(global_shape, mesh_shape, step.src, c)
+                out[c] = (box_numel(new) - box_numel(box_intersect(new, old))) * itemsize
+        elif step.kind == "all_reduce":
+            s = numel(step.src, group[0])
+            for i, c in enumerate(group):
+                part = s // n + (1 if i < s % n else 0)
+                out[c] = 2 * (s - part) * itemsize
+        else:  # reduce_scatter
+            s = numel(step.src, group[0])
+            for c in group:
+                out[c] = (s - numel(step.dst, c)) * itemsize
+    return tuple(out.items())
+
+
+def step_bytes(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[int],
+               itemsize: int = 4) -> int:
+    """Total bytes received over all ranks in ``step`` (Note [Cost model])."""
+    return sum(v for _, v in _step_received(step, tuple(mesh_shape), tuple(global_shape),
+                                            itemsize))
+
+
+def plan_bytes(steps: Sequence[Step], mesh_shape: Sequence[int], global_shape: Sequence[int],
+               itemsize: int = 4) -> int:
+    """Total bytes received over all ranks and all steps of a plan."""
+    return sum(step_bytes(s, mesh_shape, global_shape, itemsize) for s in steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+def plan(src_placements: Sequence[Placement | int], dst_placements: Sequence[Placement | int],
+         mesh_shape: Sequence[int], global_shape: Sequence[int],
+         itemsize: int = 4) -> tuple[Step, ...]:
+    """The cheapest steps from ``src_placements`` to ``dst_placements``.
+
+    >>> from dtensor.placements import Shard, Replicate
+    >>> [str(s) for s in plan([Shard(0), Shard(0)], [Replicate(), Replicate()], (2, 4), (7, 5))]
+    ['all_gather(0,1) [S(0),S(0)]->[R,R]']
+    """
+    mesh_shape = tuple(mesh_shape)
+    global_shape = tuple(global_shape)
+    ndim, mesh_ndim = len(global_shape), len(mesh_shape)
+    src = normalize_placements(src_placements, ndim, mesh_ndim, shape=global_shape)
+    dst = normalize_placements(dst_placements, ndim, mesh_ndim, shape=global_shape)
+    return _plan(src, dst, mesh_shape, global_shape, itemsize)
+
+
+@lru_cache(maxsize=4096)
+def _plan(src: tuple[Placement, ...], dst: tuple[Placement, ...], mesh_shape: tuple[int, ...],
+          global_shape: tuple[int, ...], itemsize: int) -> tuple[Step, ...]:
+    ops = sorted({p.reduce_op for p in src + dst if isinstance(p, Partial)})
+    universe = ([Shard(d) for d in range(len(global_shape))] + [Replicate()]
+                + [Partial(op) for op in ops])
+    tie = itertools.count()
+    heap: list = [((0, 0, 0), next(tie), src, ())]
+    done: set[tuple[Placement, ...]] = set()
+    while heap:
+        cost, _, state, path = heapq.heappop(heap)
+        if state == dst:
+            return path
+        if state in done:
+            continue
+        done.add(state)
+        for step in _edges(state, dst, universe, mesh_shape, global_shape):
+            if step.dst in done:
+                continue
+            b = step_bytes(step, mesh_shape, global_shape, itemsize)
+            new = (cost[0] + b, cost[1] + step.is_collective, cost[2] + 1)
+            heapq.heappush(heap, (new, next(tie), step.dst, path + (step,)))
+    raise ValueError(f"no plan from {fmt_placements(src)} to {fmt_placements(dst)} on mesh "
+                     f"{mesh_shape} for shape {global_shape}")  # every state reaches R..R
+
+
+def _edges(state: tuple[Placement, ...], dst: tuple[Placement, ...], universe: list[Placement],
+           mesh_shape: tuple[int, ...], global_shape: tuple[int, ...]) -> Iterator[Step]:
+    """Steps out of ``state``: every placement list that differs on a set of mesh dims, when
+    there are few enough; otherwise one placement on mesh dims that share one, or ``dst``'s."""
+    seen = set()
+    for r in range(1, len(state) + 1):
+        for dims in itertools.combinations(range(len(state)), r):
+            if len(universe) ** r <= _FULL_ENUMERATION:
+                choices = itertools.product(*([q for q in universe if q != state[m]]
+                                              for m in dims))
+            else:
+                same = len({state[m] for m in dims}) == 1
+                choices = [tuple(q for _ in dims) for q in universe if same] + [
+                    tuple(dst[m] for m in dims)]
+            for qs in choices:
+                new = list(state)
+                for m, q in zip(dims, qs):
+                    new[m] = q
+                if any(new[m] == state[m] for m in dims) or tuple(new) in seen:
+                    continue
+                seen.add(tuple(new))
+                step = classify(state, tuple(new), mesh_shape, global_shape)
+                if step is not None:
+                    yield step
+
+
+# Up to this many target lists per set of mesh dims, _edges tries them all (so 2-d meshes
+# are searched exhaustively); beyond, it tries the homogeneous ones and dst's.
+_FULL_ENUMERATION = 64
+
+
+@lru_cache(maxsize=65536)
+def classify(src: tuple[Placement, ...], dst: tuple[Placement, ...],
+             mesh_shape: tuple[int, ...], global_shape: tuple[int, ...]) -> Step | None:
+    """The one step that turns ``src`` into ``dst``, or None when no single step does."""
+    if not _families_ok(dst):
+        return None
+    dims = tuple(m for m in range(len(src)) if src[m] != dst[m])
+    if not dims:
+        return None
+    a = {src[m] for m in dims}
+    b = {dst[m] for m in dims}
+    boxes = _boxes_fn(src, dst, mesh_shape, global_shape)
+    if all(not isinstance(p, Partial) for p in a | b):
+        if all(box_contains(old, new) for old, new in boxes()):
+            return Step("local_slice", dims, src, dst)
+        group = _exchange_group(src, dst, dims)
+        return Step(_gather_or_all_to_all(src, dst, dims, group), group, src, dst)
+    if len(b) == 1 and isinstance(q := next(iter(b)), Partial):
+        # Any mix of R and S(d) becomes P(op) by filling with the identity; a P -> P step
+        # can only rescale between sum and avg.
+        if all(not isinstance(p, Partial) for p in a):
+            if all(box_contains(new, old) for old, new in boxes()):
+                return Step("local_partial", dims, src, dst)
+            return None
+        (p,) = a if len(a) == 1 else (None,)
+        if isinstance(p, Partial) and {p.reduce_op, q.reduce_op} == {"sum", "avg"}:
+            return Step("local_scale", dims, src, dst)
+        return None
+    if len(a) != 1 or not isinstance(next(iter(a)), Partial):
+        return None
+    if all(isinstance(q, Replicate) for q in b):
+        return Step("all_reduce", dims, src, dst)
+    if all(isinstance(q, Shard) for q in b) and all(box_contains(old, new)
+                                                     for old, new in boxes()):
+        return Step("reduce_scatter", dims, src, dst)
+    return None
+
+
+def _families_ok(placements: tuple[Placement, ...]) -> bool:
+    ops = {p.reduce_op for p in placements if isinstance(p, Partial)}
+    return ops <= {"sum", "avg"} or len(ops) == 1
+
+
+def _boxes_fn(src: tuple[Placement, ...], dst: tuple[Placement, ...],
+              mesh_shape: tuple[int, ...], global_shape: tuple[int, ...]):
+    def boxes() -> Iterator[tuple[Box, Box]]:
+        for c in mesh_coordinates(mesh_shape):
+            yield (local_box(global_shape, mesh_shape, src, c),
+                   local_box(global_shape, mesh_shape, dst, c))
+    return boxes
+
+
+def _exchange_group(src: tuple[Placement, ...], dst: tuple[Placement, ...],
+                    dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The mesh dims an S/R -> S/R exchange must span.
+
+    Shards nest in mesh-dim order, so a later mesh dim sharding the same tensor dim as a
+    changing one splits the changing one's pieces: ranks along it hold scattered parts of what
+    the group needs, and must join the group. Earlier ones only pick the group's region.
+    """
+    first: dict[int, int] = {}
+    for m in dims:
+        for p in (src[m], dst[m]):
+            if isinstance(p, Shard):
+                first[p.dim] = min(first.get(p.dim, m), m)
+    extra = [m for m, p in enumerate(src)
+             if m not in dims and isinstance(p, Shard) and p.dim in first and m > first[p.dim]]
+    return tuple(sorted(set(dims) | set(extra)))
+
+
+def _gather_or_all_to_all(src: tuple[Placement, ...], dst: tuple[Placement, ...],
+                          dims: tuple[int, ...], group: tuple[int, ...]) -> str:
+    # A plain all_gather cats the pieces in group-rank order: right only when the group is
+    # exactly the innermost mesh dims sharding one tensor dim, all going to Replicate.
+    if group == dims and len({src[m] for m in dims}) == 1 and isinstance(src[dims[0]], Shard) \
+            and all(isinstance(dst[m], Replicate) for m in dims):
+        return "all_gather"
+    return "all_to_all"
