@@ -1,0 +1,13 @@
+"""dtensor: our own DTensor runtime. This file only re-exports the public names."""
+
+from dtensor.layout import chunk_bounds, local_shape, local_slices, mesh_coordinates
+from dtensor.local_redistribute import redistribute_locals, shard_full, unshard
+from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
+                                normalize_placements)
+from dtensor.planner import Step, plan, plan_bytes, step_bytes
+
+__all__ = [
+    "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",
+    "local_shape", "local_slices", "mesh_coordinates", "normalize_placements", "plan",
+    "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
+]
