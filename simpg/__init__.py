@@ -1,0 +1,30 @@
+"""simpg: torch.distributed on N simulated ranks in one process.
+
+>>> import torch, torch.distributed as dist, simpg
+>>> simpg.run(lambda: dist.get_rank(), 3)
+[0, 1, 2]
+"""
+
+from simpg import c10d_state as _c10d_state
+from simpg.backend import register as _register
+from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
+from simpg.faults import RaiseAt, StallAt
+from simpg.records import CollectiveRecord
+from simpg.runner import run
+from simpg.trace import Trace, trace
+
+_c10d_state.install()
+_register()
+
+__all__ = [
+    "CollectiveMismatchError",
+    "CollectiveRecord",
+    "DeadlockError",
+    "RaiseAt",
+    "RankFailedError",
+    "SimpgError",
+    "StallAt",
+    "Trace",
+    "run",
+    "trace",
+]

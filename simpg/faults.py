@@ -1,0 +1,71 @@
+"""Fault injection: make a chosen rank raise, or stall, at its k-th collective."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simpg.world import World
+
+
+@dataclass(frozen=True)
+class RaiseAt:
+    """Rank ``rank`` raises ``error`` when it issues its ``call``-th collective (from 1).
+
+    >>> import simpg
+    >>> simpg.run(lambda: None, 2, faults=[simpg.RaiseAt(rank=1, call=1)])  # no call: no fault
+    [None, None]
+    """
+
+    rank: int
+    call: int
+    error: BaseException = field(default_factory=lambda: RuntimeError("fault injected by simpg"))
+
+
+@dataclass(frozen=True)
+class StallAt:
+    """Rank ``rank`` hangs at its ``call``-th collective, as a rank whose GPU locked up."""
+
+    rank: int
+    call: int
+
+
+Fault = RaiseAt | StallAt
+
+
+class _Stalled:
+    is_collective = False
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def ready(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return self._what
+
+
+def check_faults(faults: tuple[Fault, ...] | list[Fault], world_size: int) -> dict[int, list[Fault]]:
+    by_rank: dict[int, list[Fault]] = {}
+    for f in faults:
+        if not isinstance(f, (RaiseAt, StallAt)):
+            raise TypeError(f"faults: expected RaiseAt or StallAt, got {f!r}")
+        if not 0 <= f.rank < world_size:
+            raise ValueError(f"{f!r}: rank must be in [0, {world_size - 1}]")
+        if f.call < 1:
+            raise ValueError(f"{f!r}: call counts collectives from 1, got {f.call}")
+        by_rank.setdefault(f.rank, []).append(f)
+    return by_rank
+
+
+def apply_fault(world: World, op: str, site: str) -> None:
+    """Count the calling rank's collective and fire a fault planned for it."""
+    k = world.count_call()
+    if not world.faults:
+        return
+    for fault in world.faults.get(world.current_rank(), ()):
+        if fault.call != k:
+            continue
+        if isinstance(fault, RaiseAt):
+            raise fault.error
+        world.wait_until(_Stalled(f"{op} at {site}: stalled by fault injection (call #{k})"))

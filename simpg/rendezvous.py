@@ -1,0 +1,317 @@
+"""Where the ranks' calls meet: one slot per collective of a group, one mailbox per receiver.
+
+Only the rank holding the baton (Note [one rank runs at a time]) touches slots and mailboxes,
+so they need no lock. The last rank to arrive at a slot checks that every rank issued the same
+collective, runs the pure collective function over all inputs, and copies the outputs into
+each rank's buffers; the others sleep meanwhile.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from simpg.errors import CollectiveMismatchError
+from simpg.records import CollectiveRecord
+from simpg.world import World
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A process group as every member sees it: its c10d name and its global ranks."""
+
+    name: str
+    ranks: tuple[int, ...]
+    label: str  # "world" or "ranks(0,2)"
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass(eq=False)
+class Call:
+    """One rank's side of one collective."""
+
+    op: str
+    group: GroupInfo
+    group_rank: int
+    dtype: torch.dtype | None
+    signature: tuple  # what must be equal on every rank of the group
+    summary: str  # e.g. "all_reduce(shape=(4,), dtype=torch.float32, op=sum)"
+    payload: Any  # the tensors and options the compute function reads
+    site: str  # file:line of the user code that issued it
+    issued_s: float = field(default_factory=time.perf_counter)
+
+    def describe(self) -> str:
+        return f"{self.summary} on group {self.group.label} at {self.site}"
+
+
+Compute = Callable[[list[Call]], tuple[list[Any], Callable[[], tuple]]]
+
+
+class Slot:
+    """The k-th collective of one group: ready once every member has arrived and it ran."""
+
+    is_collective = True
+
+    def __init__(self, group: GroupInfo, seq: int) -> None:
+        self.group, self.seq = group, seq
+        self.calls: list[Call | None] = [None] * group.size
+        self.arrived = 0
+        self.done = False
+        self.outputs: list[Any] = []
+
+
+class Work(dist.Work):
+    """A rank's handle on a collective or message; ``wait()`` runs other ranks meanwhile."""
+
+    def __init__(self, world: World, call: Call, slot: Slot | PendingRecv) -> None:
+        super().__init__()
+        self._world, self._call, self._slot = world, call, slot
+        self.is_collective = isinstance(slot, Slot)
+
+    def ready(self) -> bool:
+        return self._slot.done
+
+    def describe(self) -> str:
+        slot = self._slot
+        if isinstance(slot, Slot):
+            missing = [slot.group.ranks[i] for i, c in enumerate(slot.calls) if c is None]
+            return f"{self._call.describe()} (call #{slot.seq} of the group; waiting for ranks {missing})"
+        return self._call.describe()
+
+    def wait(self, timeout: Any = None) -> bool:
+        if not self._slot.done:
+            self._world.wait_until(self)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._slot.done
+
+    def is_success(self) -> bool:
+        return self._slot.done and self._world.failure is None
+
+    def exception(self) -> Any:
+        return None
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        out = self._slot.outputs[self._call.group_rank] if isinstance(self._slot, Slot) else None
+        return [t for t in _flatten(out) if isinstance(t, torch.Tensor)]
+
+    def source_rank(self) -> int:
+        self.wait()
+        if not isinstance(self._slot, PendingRecv) or self._slot.source is None:
+            raise RuntimeError("source_rank() is only defined for a completed receive")
+        return self._slot.source
+
+    _source_rank = source_rank
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(self.result())
+        return fut
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def block_current_stream(self) -> None:
+        self.wait()
+
+
+class PendingRecv:
+    """A posted receive: done once a matching send delivered into its buffer."""
+
+    is_collective = False
+
+    def __init__(self, src: int | None, tag: int, buffer: torch.Tensor, call: Call) -> None:
+        self.src, self.tag, self.buffer, self.call = src, tag, buffer, call
+        self.done = False
+        self.source: int | None = None
+
+
+@dataclass
+class _Message:
+    src: int
+    tag: int
+    tensor: torch.Tensor
+    call: Call
+
+
+class Rendezvous:
+    """All pending collectives and messages of one world."""
+
+    def __init__(self, world: World, compute: dict[str, Compute]) -> None:
+        self.world = world
+        self._compute = compute
+        self._slots: dict[tuple[str, int], Slot] = {}
+        self._inbox: dict[tuple[str, int], deque[_Message]] = {}
+        self._posted: dict[tuple[str, int], list[PendingRecv]] = {}
+        self._group_ranks: dict[str, tuple[int, ...]] = {}
+        self.completed = 0
+
+    def register_group(self, group: GroupInfo) -> None:
+        known = self._group_ranks.setdefault(group.name, group.ranks)
+        if known != group.ranks:
+            raise CollectiveMismatchError(
+                f"ranks created process group {group.name!r} with different members: "
+                f"{list(known)} and {list(group.ranks)}"
+            )
+
+    # -- collectives -------------------------------------------------------------------------
+    def collective(self, call: Call, seq: int) -> Work:
+        key = (call.group.name, seq)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = Slot(call.group, seq)
+        slot.calls[call.group_rank] = call
+        slot.arrived += 1
+        if slot.arrived == call.group.size:
+            del self._slots[key]
+            self._complete(slot)
+        return Work(self.world, call, slot)
+
+    def _complete(self, slot: Slot) -> None:
+        calls: list[Call] = slot.calls  # type: ignore[assignment]
+        first = calls[0]
+        if any(c.signature != first.signature for c in calls):
+            self._mismatch(slot, "ranks issued different collectives")
+            return
+        try:
+            outputs, traffic = self._compute[first.op](calls)
+        except ValueError as e:  # inputs that disagree across ranks
+            self._mismatch(slot, str(e))
+            return
+        slot.outputs = outputs
+        slot.done = True
+        self._record(first.op, first.group, calls, traffic)
+
+    def _mismatch(self, slot: Slot, reason: str) -> None:
+        lines = [
+            f"rank {slot.group.ranks[i]}: {c.describe()}" for i, c in enumerate(slot.calls) if c
+        ]
+        err = CollectiveMismatchError(
+            f"collective #{slot.seq} on group {slot.group.label} does not match across ranks: "
+            f"{reason}\n  " + "\n  ".join(lines)
+        )
+        slot.done = True
+        self.world.fail(err, None)
+
+    # -- point to point ----------------------------------------------------------------------
+    def send(self, call: Call, dst: int, tag: int, tensor: torch.Tensor) -> Work:
+        msg = _Message(call.group_rank, tag, tensor.detach().clone(), call)
+        key = (call.group.name, dst)
+        posted = self._posted.get(key, [])
+        for i, recv in enumerate(posted):
+            if recv.tag == tag and recv.src in (None, msg.src):
+                del posted[i]
+                self._deliver(msg, recv)
+                break
+        else:
+            self._inbox.setdefault(key, deque()).append(msg)
+        done = PendingRecv(None, tag, tensor, call)
+        done.done = True
+        return Work(self.world, call, done)
+
+    def recv(self, call: Call, src: int | None, tag: int, buffer: torch.Tensor) -> Work:
+        recv = PendingRecv(src, tag, buffer, call)
+        key = (call.group.name, call.group_rank)
+        inbox = self._inbox.get(key, deque())
+        for msg in inbox:
+            if msg.tag == tag and src in (None, msg.src):
+                inbox.remove(msg)
+                self._deliver(msg, recv)
+                break
+        else:
+            self._posted.setdefault(key, []).append(recv)
+        return Work(self.world, call, recv)
+
+    def _deliver(self, msg: _Message, recv: PendingRecv) -> None:
+        buf = recv.buffer
+        if msg.tensor.shape != buf.shape or msg.tensor.dtype != buf.dtype:
+            err = CollectiveMismatchError(
+                "a message does not fit its receive buffer:\n"
+                f"  rank {msg.call.group.ranks[msg.src]}: {msg.call.describe()}\n"
+                f"  rank {recv.call.group.ranks[recv.call.group_rank]}: {recv.call.describe()}"
+            )
+            recv.done = True
+            self.world.fail(err, None)
+            return
+        buf.detach().copy_(msg.tensor)  # Note [hide collective writes from autograd]
+        recv.done, recv.source = True, msg.src
+        group = msg.call.group
+        nbytes = msg.tensor.numel() * msg.tensor.element_size()
+        self._record(
+            "send",
+            GroupInfo(group.name, (group.ranks[msg.src], group.ranks[recv.call.group_rank]), group.label),
+            [msg.call, recv.call],
+            lambda: ((nbytes, 0), (0, nbytes)),
+        )
+
+    # -- trace ---------------------------------------------------------------------------------
+    def _record(
+        self, op: str, group: GroupInfo, calls: list[Call], traffic: Callable[[], tuple]
+    ) -> None:
+        seq = self.completed
+        self.completed += 1
+        sinks = self.world.on_complete
+        if not sinks:
+            return
+        first = calls[0]
+        sent, received = traffic()
+        record = CollectiveRecord(
+            seq=seq,
+            op=op,
+            group=group.label,
+            ranks=group.ranks,
+            dtype=first.dtype,  # type: ignore[arg-type]
+            shapes=tuple(_shapes(c.payload) for c in calls),
+            bytes_sent=tuple(sent),
+            bytes_received=tuple(received),
+            reduce_op=_option(first, "reduce_op"),
+            root=_option(first, "root"),
+            start_s=tuple(c.issued_s for c in calls),
+            end_s=time.perf_counter(),
+        )
+        for sink in list(sinks):
+            sink(record)
+
+
+def _option(call: Call, name: str) -> Any:
+    return call.payload.get(name) if isinstance(call.payload, dict) else None
+
+
+def _flatten(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [y for item in x for y in _flatten(item)]
+    return [x]
+
+
+def _shapes(payload: Any) -> tuple[tuple[int, ...], ...]:
+    inputs = payload.get("inputs", payload) if isinstance(payload, dict) else payload
+    return tuple(tuple(t.shape) for t in _flatten(inputs) if isinstance(t, torch.Tensor))
+
+
+_SKIP = ("/simpg/", "/torch/distributed/", "/torch/_tensor", "/torch/utils/", "/torch/_ops")
+_skip_code: dict[Any, bool] = {}  # code object -> whether it is library code
+
+
+def caller_site() -> str:
+    """file:line of the user code that issued the call, skipping simpg and torch.distributed."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        skip = _skip_code.get(code)
+        if skip is None:
+            skip = _skip_code[code] = any(s in code.co_filename for s in _SKIP)
+        if not skip:
+            return f"{code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"

@@ -1,0 +1,188 @@
+"""``simpg.run``: a function on N simulated ranks, each with torch.distributed initialised."""
+
+from __future__ import annotations
+
+import contextvars
+import ctypes
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from simpg.backend import new_world, rank_context
+from simpg.c10d_state import RankC10dState, current_state
+from simpg.errors import SimpgError
+from simpg.faults import Fault, check_faults
+from simpg.trace import active_sinks
+from simpg.world import World
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 60.0
+_EXIT_GRACE_S = 5.0  # after a failure: how long to wait for ranks still running user code
+
+
+class _ThreadPool:
+    """Rank threads kept for reuse: starting a thread costs more than a whole collective."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._tasks.put(task)
+                return
+        threading.Thread(target=self._work, args=(task,), name="simpg-rank", daemon=True).start()
+
+    def _work(self, task: Callable[[], None]) -> None:
+        while True:
+            task()
+            with self._lock:
+                self._idle += 1
+            task = self._tasks.get()
+
+
+_pool = _ThreadPool()
+_ALL_CPUS = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+try:
+    _sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+except (OSError, AttributeError):  # not Linux
+    _sched_getcpu = None
+
+
+def _rank_cpus(pin: bool) -> set[int] | None:
+    """Note [pinning rank threads]: ranks run one at a time, so keeping them on one core costs
+    no parallelism and makes each hand-over a same-core wake-up (several times faster here)."""
+    if _ALL_CPUS is None:
+        return None
+    if pin and _sched_getcpu is not None:
+        cpu = _sched_getcpu()
+        if cpu in _ALL_CPUS:
+            return {cpu}
+    return set(_ALL_CPUS)
+
+
+def run(
+    fn: Callable[..., T],
+    world_size: int,
+    *args: Any,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    schedule_seed: int | None = None,
+    faults: Sequence[Fault] = (),
+    pin_threads: bool = True,
+    **kwargs: Any,
+) -> list[T]:
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` simulated ranks; return their results.
+
+    Each rank is a thread with the default process group initialised on the ``"simpg"``
+    backend, its own torch.distributed state and its own CPU RNG (a copy of the caller's).
+    If a rank raises, the ranks waiting on it are released and ``run`` re-raises the
+    original exception with a note naming its rank. ``schedule_seed`` draws the order in
+    which ranks run (switching at every collective) so that an interleaving replays.
+
+    >>> import torch, torch.distributed as dist, simpg
+    >>> def body():
+    ...     t = torch.tensor([dist.get_rank() + 1])
+    ...     dist.all_reduce(t)
+    ...     return t.item()
+    >>> simpg.run(body, 4)
+    [10, 10, 10, 10]
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    world = new_world(
+        world_size, timeout=timeout, schedule_seed=schedule_seed, members_ready=True
+    )
+    world.faults = check_faults(tuple(faults), world_size)
+    world.on_complete.extend(active_sinks())
+    caller_rng = torch.get_rng_state()
+    caller_hook = sys.excepthook  # init_process_group wraps it once per rank
+    cpus = _rank_cpus(pin_threads)
+    store = dist.HashStore()
+    results: list[Any] = [None] * world_size
+    finished = threading.Semaphore(0)
+
+    def rank_main(rank: int) -> None:
+        try:
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+            rank_context.set((world, rank))
+            current_state.set(RankC10dState())
+            # a reused thread may hold group names a failed rank never unregistered
+            torch._C._distributed_c10d._unregister_all_process_groups()
+            _run_rank(world, rank, store, fn, args, kwargs, results)
+        finally:
+            finished.release()
+
+    for rank in range(world_size):
+        _pool.submit(lambda r=rank: contextvars.Context().run(rank_main, r))
+    try:
+        _wait_all(world, finished)
+    finally:
+        torch.set_rng_state(caller_rng)
+        sys.excepthook = caller_hook
+    if world.failure is not None:
+        _raise_failure(world)
+    return results
+
+
+def _run_rank(world: World, rank: int, store: dist.Store, fn: Callable[..., Any],
+              args: tuple, kwargs: dict, results: list[Any]) -> None:
+    joined = False
+    try:
+        world.join(rank)
+        joined = True
+        world.check_failed()
+        dist.init_process_group("simpg", rank=rank, world_size=world.size, store=store)
+        results[rank] = fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - any failure ends the world, re-raised by run
+        if not isinstance(e, SimpgError) or world.failure is None:
+            world.fail(e, rank)
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except BaseException as e:  # noqa: BLE001
+            world.fail(e, rank)
+        if joined:
+            world.leave()
+
+
+def _wait_all(world: World, finished: threading.Semaphore) -> None:
+    remaining = world.size
+    failed_at: float | None = None
+    while remaining:
+        if finished.acquire(timeout=0.5):
+            remaining -= 1
+            continue
+        if world.failure is None:
+            continue
+        failed_at = failed_at or time.monotonic()
+        if time.monotonic() - failed_at > _EXIT_GRACE_S:
+            world.failure.add_note(
+                f"[simpg] {remaining} rank thread(s) were still running user code "
+                f"{_EXIT_GRACE_S:g}s after the failure and were left behind"
+            )
+            return
+
+
+def _raise_failure(world: World) -> None:
+    failure = world.failure
+    if failure is None:
+        return
+    if world.failed_rank is not None:
+        failure.add_note(f"[simpg] raised on rank {world.failed_rank} of {world.size}")
+        if world.schedule_seed is not None:
+            failure.add_note(f"[simpg] replay this interleaving with schedule_seed={world.schedule_seed}")
+    elif world.schedule_seed is not None:
+        failure.add_note(f"[simpg] replay this interleaving with schedule_seed={world.schedule_seed}")
+    raise failure

@@ -1,0 +1,335 @@
+"""A world of N simulated ranks, one thread each, running one at a time.
+
+Note [one rank runs at a time]
+Ranks hand a baton to each other: the rank holding it runs; the others sleep on their own
+lock. A rank gives the baton away only when it must wait (a collective not yet complete, a
+message not yet sent), when it finishes, or, in seeded mode, at each collective. This buys:
+- speed: a collective costs one thread switch per rank, with no busy waiting;
+- isolation: torch's CPU generator is process-wide, so each rank's RNG state is saved when it
+  sleeps and restored when it wakes; a process-wide lock (``_CPU``) extends that to several
+  worlds running at once in one process (pytest-xdist, threads);
+- determinism: the order is round-robin, or drawn from ``schedule_seed``;
+- exact deadlock detection: when no rank can run and some still wait, that is a deadlock,
+  reported at once with every rank's position. A timeout covers the one case it cannot see:
+  a rank that runs forever (or blocks outside simpg) while others wait.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
+
+_CPU = threading.Lock()  # held by the one simulated rank running in this process
+_POLL_S = 0.05  # how often a sleeping rank checks the watchdog
+
+
+class Waitable(Protocol):
+    def ready(self) -> bool: ...
+
+    def describe(self) -> str: ...
+
+
+class Status(enum.Enum):
+    ABSENT = "not joined yet"
+    READY = "ready to run"
+    RUNNING = "running"
+    BLOCKED = "waiting"
+    DONE = "finished"
+
+
+@dataclass(eq=False)
+class RankSlot:
+    index: int
+    status: Status
+    wake: threading.Lock = field(default_factory=threading.Lock)
+    wake_pending: bool = False
+    has_cpu: bool = False
+    waiting_for: Waitable | None = None
+    rng_state: torch.Tensor | None = None
+    thread: threading.Thread | None = None
+    calls: int = 0  # collectives issued so far (fault injection counts these)
+
+    def __post_init__(self) -> None:
+        self.wake.acquire()  # held while asleep; released to wake the rank
+
+
+class World:
+    """Scheduling, failure and deadlock state of one simulated world."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        timeout: float = 60.0,
+        schedule_seed: int | None = None,
+        members_ready: bool = False,
+        rng_state: torch.Tensor | None = None,
+    ) -> None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"world_size must be an int >= 1, got {size!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.size = size
+        self.timeout = float(timeout)
+        self.schedule_seed = schedule_seed
+        self._order = random.Random(schedule_seed) if schedule_seed is not None else None
+        self._lock = threading.Lock()
+        first = Status.READY if members_ready else Status.ABSENT
+        self._ranks = [RankSlot(i, first) for i in range(size)]
+        self._holder: int | None = 0 if members_ready else None
+        if members_ready:
+            self._ranks[0].status = Status.RUNNING
+        self._since = time.monotonic()  # when the holder started running, or idling began
+        self._rng_state = rng_state if rng_state is not None else torch.get_rng_state()
+        self.failure: BaseException | None = None
+        self.failed_rank: int | None = None
+        self.on_complete: list[Callable[[object], None]] = []  # trace sinks, see simpg.trace
+        self.rendezvous: object = None  # set by simpg.rendezvous.Rendezvous
+        self.faults: dict[int, list] = {}
+        self._local = threading.local()
+
+    # -- who am I ---------------------------------------------------------------------------
+    def current_rank(self) -> int:
+        rank = getattr(self._local, "rank", None)
+        if rank is None:
+            raise RuntimeError("this thread is not a rank of this simpg world")
+        return rank
+
+    # -- entering and leaving -----------------------------------------------------------------
+    def join(self, rank: int) -> None:
+        """Make the calling thread rank ``rank``; returns once it holds the baton."""
+        if not isinstance(rank, int) or not 0 <= rank < self.size:
+            raise ValueError(f"rank must be in [0, {self.size - 1}], got {rank!r}")
+        me = self._ranks[rank]
+        with self._lock:
+            if me.thread is not None:
+                raise ValueError(f"rank {rank} joined the world twice")
+            me.thread = threading.current_thread()
+            me.rng_state = self._rng_state
+            self._local.rank = rank
+            if self._holder is None and self.failure is None:
+                self._holder = rank
+                me.status = Status.RUNNING
+            elif me.status is Status.ABSENT:
+                me.status = Status.READY
+            # a rank handed the baton before its thread arrived finds its wake released
+            run_now = self._holder == rank and not me.wake_pending
+        if run_now:
+            self._take_cpu(me)
+        else:
+            self._sleep(me)
+
+    def leave(self) -> None:
+        """The calling rank is done; hand the baton on. Idempotent."""
+        me = self._ranks[self.current_rank()]
+        with self._lock:
+            if me.status is Status.DONE:
+                return
+            me.status = Status.DONE
+            nxt = self._pass_baton(me)
+        self._give_cpu(me)
+        if nxt is not None:
+            nxt.wake.release()
+
+    # -- waiting --------------------------------------------------------------------------------
+    def wait_until(self, waitable: Waitable) -> None:
+        """Block the calling rank until ``waitable.ready()``, running other ranks meanwhile."""
+        me = self._ranks[self.current_rank()]
+        while True:
+            with self._lock:
+                self._raise_if_failed()
+                if waitable.ready():
+                    me.status = Status.RUNNING
+                    me.waiting_for = None
+                    return
+                me.waiting_for = waitable
+                if self._holder is not None and self._holder != me.index:
+                    nxt = None  # woken without the baton: keep waiting for it
+                else:
+                    me.status = Status.BLOCKED
+                    nxt = self._pass_baton(me)
+                    self._raise_if_failed()
+            self._switch(me, nxt)
+
+    def preempt(self) -> None:
+        """Seeded mode: at each collective, maybe hand the baton to another ready rank."""
+        if self._order is None:
+            return
+        me = self._ranks[self.current_rank()]
+        with self._lock:
+            self._raise_if_failed()
+            ready = [r for r in self._ranks if r is me or self._runnable(r)]
+            nxt = self._order.choice(ready)
+            if nxt is me:
+                return
+            me.status = Status.READY
+            self._hand_to(nxt)
+        self._switch(me, nxt)
+
+    def check_failed(self) -> None:
+        """Raise on the calling rank if the world has failed."""
+        if self.failure is not None:
+            with self._lock:
+                self._raise_if_failed()
+
+    def leave_if_member(self) -> None:
+        if getattr(self._local, "rank", None) is not None:
+            self.leave()
+
+    def count_call(self) -> int:
+        """Count a collective issued by the calling rank; returns its 1-based index."""
+        me = self._ranks[self.current_rank()]
+        me.calls += 1
+        return me.calls
+
+    # -- failure ----------------------------------------------------------------------------------
+    def fail(self, error: BaseException, rank: int | None) -> None:
+        """Record the first failure and wake every sleeping rank so that it raises."""
+        with self._lock:
+            self._fail_locked(error, rank)
+
+    def _fail_locked(self, error: BaseException, rank: int | None) -> None:
+        if self.failure is None:
+            self.failure, self.failed_rank = error, rank
+        for r in self._ranks:
+            if r.status in (Status.READY, Status.BLOCKED) and not r.wake_pending:
+                r.wake_pending = True
+                r.wake.release()
+
+    def _raise_if_failed(self) -> None:
+        failure = self.failure
+        if failure is None:
+            return
+        if isinstance(failure, SimpgError):
+            raise failure.copy()
+        err = RankFailedError(
+            f"rank {self.failed_rank} failed with {type(failure).__name__}: {failure}; "
+            "this rank was released from its wait"
+        )
+        err.failed_rank = self.failed_rank
+        raise err
+
+    # -- the baton ------------------------------------------------------------------------------
+    def _runnable(self, r: RankSlot) -> bool:
+        if r.status is Status.READY:
+            return True
+        return r.status is Status.BLOCKED and r.waiting_for is not None and r.waiting_for.ready()
+
+    def _pick(self, me: RankSlot) -> RankSlot | None:
+        if self._order is not None:
+            ready = [r for r in self._ranks if r is not me and self._runnable(r)]
+            return self._order.choice(ready) if ready else None
+        for step in range(1, self.size + 1):
+            r = self._ranks[(me.index + step) % self.size]
+            if r is not me and self._runnable(r):
+                return r
+        return None
+
+    def _hand_to(self, nxt: RankSlot) -> None:
+        self._holder = nxt.index
+        nxt.status = Status.RUNNING
+        nxt.wake_pending = True
+
+    def _pass_baton(self, me: RankSlot) -> RankSlot | None:
+        """Under the lock: choose who runs after ``me``; on a deadlock, fail the world."""
+        nxt = self._pick(me)
+        if nxt is not None:
+            self._hand_to(nxt)
+            return nxt
+        self._holder = None
+        self._since = time.monotonic()
+        stuck = [r for r in self._ranks if r.status is Status.BLOCKED]
+        absent = [r for r in self._ranks if r.status is Status.ABSENT]
+        if stuck and not absent and self.failure is None:
+            self._fail_locked(self._deadlock_error(), None)
+        return None
+
+    def _switch(self, me: RankSlot, nxt: RankSlot | None) -> None:
+        self._give_cpu(me)
+        if nxt is not None:
+            nxt.wake.release()
+        self._sleep(me)
+
+    def _sleep(self, me: RankSlot) -> None:
+        while not me.wake.acquire(timeout=_POLL_S):
+            self._watchdog(me)
+        with self._lock:
+            me.wake_pending = False
+            failed = self.failure is not None
+        if not failed:  # after a failure, ranks unwind without the baton
+            self._take_cpu(me)
+
+    def _take_cpu(self, me: RankSlot) -> None:
+        _CPU.acquire()
+        me.has_cpu = True
+        self._since = time.monotonic()
+        torch.set_rng_state(me.rng_state)
+
+    def _give_cpu(self, me: RankSlot) -> None:
+        if me.has_cpu:
+            me.rng_state = torch.get_rng_state()
+            me.has_cpu = False
+            _CPU.release()
+
+    # -- watchdog and reports ----------------------------------------------------------------
+    def _watchdog(self, me: RankSlot) -> None:
+        with self._lock:
+            if self.failure is not None or me.status is not Status.BLOCKED:
+                return
+            idle = time.monotonic() - self._since
+            holder = self._ranks[self._holder] if self._holder is not None else None
+            if holder is not None and holder.thread is not None and not holder.thread.is_alive():
+                holder.status = Status.DONE  # its thread ended without leaving the world
+                nxt = self._pass_baton(holder)
+                if nxt is not None:
+                    nxt.wake.release()
+                return
+            if idle > self.timeout:
+                what = (
+                    f"rank {holder.index} ran for {idle:.1f}s without reaching a collective"
+                    if holder is not None
+                    else f"no rank ran for {idle:.1f}s"
+                )
+                self._fail_locked(self._deadlock_error(f"timeout ({self.timeout:g}s): {what}"), None)
+
+    def _describe(self, r: RankSlot) -> str:
+        if r.status is Status.BLOCKED and r.waiting_for is not None:
+            return f"rank {r.index}: waiting in {r.waiting_for.describe()}"
+        if r.status is Status.RUNNING and r.thread is not None:
+            return f"rank {r.index}: running at {_thread_position(r.thread)}"
+        if r.status is Status.DONE:
+            return f"rank {r.index}: finished (left the world)"
+        return f"rank {r.index}: {r.status.value}"
+
+    def _deadlock_error(self, reason: str | None = None) -> SimpgError:
+        lines = [self._describe(r) for r in self._ranks]
+        waiting = [r for r in self._ranks if r.status is Status.BLOCKED]
+        in_collectives = all(
+            r.status is Status.BLOCKED and getattr(r.waiting_for, "is_collective", False)
+            for r in self._ranks
+        )
+        if reason is None and in_collectives and len(waiting) > 1:
+            head = "ranks disagree on their next collective: no group can complete"
+            return CollectiveMismatchError(head + "\n  " + "\n  ".join(lines))
+        head = reason or "deadlock: no rank can make progress"
+        return DeadlockError(head + "\n  " + "\n  ".join(lines))
+
+
+def _thread_position(thread: threading.Thread) -> str:
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "<unknown>"
+    stack = traceback.extract_stack(frame)
+    user = [f for f in stack if "/simpg/" not in f.filename and "/torch/" not in f.filename]
+    f = (user or stack)[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}"
