@@ -76,18 +76,22 @@ _SUPPORT: dict[str, tuple[frozenset[torch.dtype], str]] = {
 REDUCE_OPS: tuple[str, ...] = tuple(_SUPPORT)
 
 
-def _binary(op: str, dtype: torch.dtype) -> Callable[[Tensor, Tensor], Tensor]:
+_Binary = Callable[[Tensor, Tensor], Tensor]
+_BINARY: dict[str, _Binary] = {
+    "sum": torch.add, "avg": torch.add, "product": torch.mul,
+    "min": torch.minimum, "max": torch.maximum,
+    "band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor,
+}
+
+
+def _binary(op: str, dtype: torch.dtype) -> _Binary:
     # On bool, sum/max are logical or and product/min logical and (what NCCL does); we
     # spell them out rather than rely on torch.add's saturating bool semantics.
     if dtype == torch.bool and op in ("sum", "max"):
         return torch.logical_or
     if dtype == torch.bool and op in ("product", "min"):
         return torch.logical_and
-    return {
-        "sum": torch.add, "avg": torch.add, "product": torch.mul,
-        "min": torch.minimum, "max": torch.maximum,
-        "band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor,
-    }[op]
+    return _BINARY[op]
 
 
 def check_reduce_op(op: str, dtype: torch.dtype) -> None:
@@ -252,31 +256,38 @@ def reduce_scatter_tensor(inputs: Sequence[Tensor], op: str) -> list[Tensor]:
     return reduce_scatter([list(torch.chunk(t, n, dim=0)) for t in inputs], op)
 
 
-def _resolve_splits(arg: str, splits: Sequence[Sequence[int] | None] | None, n: int,
-                    sizes: Sequence[int | None]) -> list[list[int] | None]:
-    """Per-rank split lists; None (all ranks or one) means an equal split of ``sizes[r]``."""
+def _per_rank_splits(arg: str, splits: Sequence[Sequence[int] | None] | None,
+                     n: int) -> list[list[int] | None]:
+    """One entry per rank: its validated split sizes, or None for "equal"."""
     if splits is None:
-        splits = [None] * n
+        return [None] * n
     if len(splits) != n:
         raise ValueError(f"{arg}: got {len(splits)} entries, expected {n} (one per rank)")
     resolved: list[list[int] | None] = []
     for r, s in enumerate(splits):
+        if s is not None:
+            s = [int(x) for x in s]
+            if len(s) != n or any(x < 0 for x in s):
+                raise ValueError(f"{arg}[{r}] = {s}: expected {n} non-negative sizes")
+        resolved.append(s)
+    return resolved
+
+
+def _input_splits(splits: Sequence[Sequence[int] | None] | None,
+                  sizes: Sequence[int]) -> list[list[int]]:
+    """Each rank's split of its dim 0 (of size ``sizes[r]``); None means equal parts."""
+    n = len(sizes)
+    resolved = []
+    for r, s in enumerate(_per_rank_splits("input_splits", splits, n)):
         if s is None:
-            size = sizes[r]
-            if size is None:
-                resolved.append(None)
-                continue
-            if size % n != 0:
-                raise ValueError(f"{arg}[{r}] is None (equal split) but rank {r}'s dim 0 has "
-                                 f"size {size}, expected a multiple of the group size {n}")
-            resolved.append([size // n] * n)
-            continue
-        s = [int(x) for x in s]
-        if len(s) != n or any(x < 0 for x in s):
-            raise ValueError(f"{arg}[{r}] = {s}: expected {n} non-negative sizes")
-        if sizes[r] is not None and sum(s) != sizes[r]:
-            raise ValueError(f"{arg}[{r}] = {s} sums to {sum(s)}, expected rank {r}'s dim 0 "
-                             f"size {sizes[r]}")
+            if sizes[r] % n != 0:
+                raise ValueError(f"input_splits[{r}] is None (equal split) but rank {r}'s dim "
+                                 f"0 has size {sizes[r]}, expected a multiple of the group "
+                                 f"size {n}")
+            s = [sizes[r] // n] * n
+        elif sum(s) != sizes[r]:
+            raise ValueError(f"input_splits[{r}] = {s} sums to {sum(s)}, expected rank {r}'s "
+                             f"dim 0 size {sizes[r]}")
         resolved.append(s)
     return resolved
 
@@ -304,10 +315,10 @@ def all_to_all_single(inputs: Sequence[Tensor],
         if t.shape[1:] != inputs[0].shape[1:]:
             raise ValueError(f"inputs: rank {r} has shape {tuple(t.shape)}, expected trailing "
                              f"dims {tuple(inputs[0].shape[1:])} (those of rank 0)")
-    ins = _resolve_splits("input_splits", input_splits, n, [t.shape[0] for t in inputs])
-    outs = _resolve_splits("output_splits", output_splits, n, [None] * n)
+    ins = _input_splits(input_splits, [t.shape[0] for t in inputs])
+    outs = _per_rank_splits("output_splits", output_splits, n)
     for dst in range(n):
-        incoming = [ins[src][dst] for src in range(n)]  # type: ignore[index]
+        incoming = [ins[src][dst] for src in range(n)]
         expected = outs[dst]
         if expected is None:
             if len(set(incoming)) > 1:
@@ -320,7 +331,7 @@ def all_to_all_single(inputs: Sequence[Tensor],
                     f"all_to_all_single: rank {src} sends {incoming[src]} rows to rank {dst} "
                     f"(input_splits[{src}][{dst}]) but rank {dst} expects {expected[src]} "
                     f"from rank {src} (output_splits[{dst}][{src}])")
-    pieces = [torch.split(t.detach(), s, dim=0) for t, s in zip(inputs, ins)]  # type: ignore
+    pieces = [torch.split(t.detach(), s, dim=0) for t, s in zip(inputs, ins)]
     return [torch.cat([pieces[src][dst] for src in range(n)], dim=0) for dst in range(n)]
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import doctest
 import functools
 import operator
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -189,7 +191,7 @@ def test_unknown_reduce_op() -> None:
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_all_gather_and_broadcast_family(n: int, dtype: torch.dtype) -> None:
     inputs = make_inputs(n, dtype, (2, 3), seed=3)
-    for r, got in enumerate(C.all_gather(inputs)):
+    for got in C.all_gather(inputs):
         assert len(got) == n
         for g, t in zip(got, inputs):
             assert_bitwise_equal(g, t)
@@ -375,7 +377,7 @@ def test_traffic_conserves_bytes(data: st.DataObject) -> None:
     root = data.draw(st.integers(0, n - 1), label="root")
     matrix = data.draw(st.lists(st.lists(st.integers(0, 50), min_size=n, max_size=n),
                                 min_size=n, max_size=n), label="matrix")
-    cases = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("all_gather", {"in_bytes": sizes}),
         ("reduce_scatter", {"out_bytes": sizes}),
         ("all_reduce", {"numel": sizes[0], "itemsize": 2, "group_size": n}),
@@ -401,3 +403,8 @@ def test_traffic_errors() -> None:
             "root=3 is not a group rank: expected 0 <= root < 2")
     _raises(lambda: C.traffic("all_to_all", send_bytes=[[1, 2], [3]]),
             "send_bytes[1] has 1 entries, expected 2")
+
+
+def test_docstring_examples_run() -> None:
+    result = doctest.testmod(C, raise_on_error=False)
+    assert result.attempted > 10 and result.failed == 0

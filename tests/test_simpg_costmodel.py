@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
 import re
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -13,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpg import collectives as C
+from simpg import costmodel, timeline
 from simpg.costmodel import CostModel, LinkModel, TraceEstimate
 from simpg.records import CollectiveRecord
 from simpg.timeline import to_chrome_trace, write_chrome_trace
@@ -38,7 +42,7 @@ def record(op: str, ranks: tuple[int, ...], nbytes: int = 1 << 20, *, seq: int =
         "send": {"nbytes": nbytes},
         "barrier": {"group_size": n},
     }[op]  # type: ignore[assignment]
-    sent, received = C.traffic(op, **kwargs)  # type: ignore[arg-type]
+    sent, received = C.traffic(op, **kwargs)
     return CollectiveRecord(
         seq=seq, op=op, group=f"ranks{ranks}", ranks=ranks, dtype=torch.float32,
         shapes=tuple(((nbytes // ITEMSIZE,),) for _ in ranks), bytes_sent=sent,
@@ -172,11 +176,11 @@ def test_trace_estimate_str_is_a_table() -> None:
 
 # --------------------------------------------------------------------------- chrome trace
 
-def _x_events(trace: dict[str, object]) -> list[dict[str, object]]:
-    return [e for e in trace["traceEvents"] if e["ph"] == "X"]  # type: ignore[index,union-attr]
+def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
 
 
-def _check_trace_shape(trace: dict[str, object], ranks: set[int]) -> None:
+def _check_trace_shape(trace: dict[str, Any], ranks: set[int]) -> None:
     assert json.loads(json.dumps(trace)) == trace
     events = trace["traceEvents"]
     assert isinstance(events, list)
@@ -200,16 +204,16 @@ def test_chrome_trace_from_cost_model() -> None:
         expected = [x for x in est.schedule if rank in x.record.ranks]
         assert [e["name"] for e in mine] == [x.record.op for x in expected]
         for e, x in zip(mine, expected):
-            assert math.isclose(e["ts"], x.start_s * 1e6)  # type: ignore[arg-type]
-            assert math.isclose(e["dur"], (x.end_s - x.start_s) * 1e6)  # type: ignore
-        ends = [e["ts"] + e["dur"] for e in mine]  # type: ignore[operator]
-        assert all(b["ts"] >= a - 1e-9 for a, b in zip(ends, mine[1:]))  # type: ignore
+            assert math.isclose(e["ts"], x.start_s * 1e6)
+            assert math.isclose(e["dur"], (x.end_s - x.start_s) * 1e6)
+        ends = [e["ts"] + e["dur"] for e in mine]
+        assert all(b["ts"] >= a - 1e-9 for a, b in zip(ends, mine[1:]))
     send = next(e for e in events if e["name"] == "send" and e["tid"] == 3)
     assert send["args"] == {"seq": 4, "group": "ranks(3, 0)", "group_rank": 0,
                             "ranks": [3, 0], "dtype": "float32", "shapes": [[262144]],
                             "bytes_sent": 1 << 20, "bytes_received": 0}
     bcast = next(e for e in events if e["name"] == "broadcast" and e["tid"] == 2)
-    assert bcast["args"]["root"] == 0  # type: ignore[index]
+    assert bcast["args"]["root"] == 0
 
 
 def test_chrome_trace_from_wall_times(tmp_path: Path) -> None:
@@ -231,3 +235,9 @@ def test_chrome_trace_without_wall_times_needs_a_cost_model() -> None:
             "one per rank, or pass a cost_model")):
         to_chrome_trace([record("all_reduce", (0, 1))])
     assert _x_events(to_chrome_trace([])) == []
+
+
+@pytest.mark.parametrize("module", [costmodel, timeline], ids=lambda m: m.__name__)
+def test_docstring_examples_run(module: ModuleType) -> None:
+    result = doctest.testmod(module, raise_on_error=False)
+    assert result.attempted > 0 and result.failed == 0
