@@ -19,7 +19,7 @@ from simpg.c10d_state import RankC10dState, current_state
 from simpg.errors import SimpgError
 from simpg.faults import Fault, check_faults
 from simpg.trace import active_sinks
-from simpg.world import World
+from simpg.world import _CPU, World
 
 T = TypeVar("T")
 
@@ -99,12 +99,12 @@ def run(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    world = new_world(
-        world_size, timeout=timeout, schedule_seed=schedule_seed, members_ready=True
-    )
+    with _CPU:  # Note [one rank runs at a time]: other worlds' ranks may be running
+        caller_rng = torch.get_rng_state()
+    world = new_world(world_size, timeout=timeout, schedule_seed=schedule_seed,
+                      members_ready=True, rng_state=caller_rng)
     world.faults = check_faults(tuple(faults), world_size)
     world.on_complete.extend(active_sinks())
-    caller_rng = torch.get_rng_state()
     caller_hook = sys.excepthook  # init_process_group wraps it once per rank
     cpus = _rank_cpus(pin_threads)
     store = dist.HashStore()
@@ -128,7 +128,8 @@ def run(
     try:
         _wait_all(world, finished)
     finally:
-        torch.set_rng_state(caller_rng)
+        with _CPU:
+            torch.set_rng_state(caller_rng)
         sys.excepthook = caller_hook
     if world.failure is not None:
         _raise_failure(world)

@@ -242,6 +242,8 @@ class World:
 
     def _pass_baton(self, me: RankSlot) -> RankSlot | None:
         """Under the lock: choose who runs after ``me``; on a deadlock, fail the world."""
+        if self.failure is not None:
+            return None  # every sleeping rank was woken to unwind; nobody holds the baton
         nxt = self._pick(me)
         if nxt is not None:
             self._hand_to(nxt)
