@@ -11,6 +11,7 @@ from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError
 from simpg.faults import RaiseAt, StallAt
 from simpg.records import CollectiveRecord
 from simpg.runner import run
+from simpg.subtests import SubtestsFailed, run_subtests
 from simpg.trace import Trace, trace
 
 _c10d_state.install()
@@ -24,7 +25,9 @@ __all__ = [
     "RankFailedError",
     "SimpgError",
     "StallAt",
+    "SubtestsFailed",
     "Trace",
     "run",
+    "run_subtests",
     "trace",
 ]

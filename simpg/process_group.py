@@ -83,6 +83,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._world, self._group, self._group_rank = world, group, group_rank
         self._is_default = is_default
         self._seq = 0
+        self._epoch = 0  # world.epoch when _seq was last reset (see simpg.subtests)
 
     # -- identity --------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -109,8 +110,10 @@ class SimProcessGroup(dist.ProcessGroup):
         apply_fault(world, op, site)
         call = Call(op, self._group, self._group_rank, dtype, (op, dtype) + signature, summary,
                     payload, site)
+        if self._epoch != world.epoch:
+            self._epoch, self._seq = world.epoch, 0
         self._seq += 1
-        return world.rendezvous.collective(call, self._seq)
+        return world.rendezvous.collective(call, (self._epoch, self._seq))
 
     def _reduce_op(self, opts: Any, dtype: torch.dtype) -> str:
         name = reduce_op_name(opts.reduceOp)

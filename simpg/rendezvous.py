@@ -61,7 +61,7 @@ class Slot:
 
     is_collective = True
 
-    def __init__(self, group: GroupInfo, seq: int) -> None:
+    def __init__(self, group: GroupInfo, seq: tuple[int, int]) -> None:
         self.group, self.seq = group, seq
         self.calls: list[Call | None] = [None] * group.size
         self.arrived = 0
@@ -84,12 +84,13 @@ class Work(dist.Work):
         slot = self._slot
         if isinstance(slot, Slot):
             missing = [slot.group.ranks[i] for i, c in enumerate(slot.calls) if c is None]
-            return f"{self._call.describe()} (call #{slot.seq} of the group; waiting for ranks {missing})"
+            return f"{self._call.describe()} (call #{slot.seq[1]} of the group; waiting for ranks {missing})"
         return self._call.describe()
 
     def wait(self, timeout: Any = None) -> bool:
         if not self._slot.done:
             self._world.wait_until(self)
+        self._world.check_failed()  # a mismatch completes the slot without data
         return True
 
     def is_completed(self) -> bool:
@@ -151,11 +152,17 @@ class Rendezvous:
     def __init__(self, world: World, compute: dict[str, Compute]) -> None:
         self.world = world
         self._compute = compute
-        self._slots: dict[tuple[str, int], Slot] = {}
+        self._slots: dict[tuple[str, tuple[int, int]], Slot] = {}
         self._inbox: dict[tuple[str, int], deque[_Message]] = {}
         self._posted: dict[tuple[str, int], list[PendingRecv]] = {}
         self._group_ranks: dict[str, tuple[int, ...]] = {}
         self.completed = 0
+
+    def clear(self) -> None:
+        """Forget pending collectives and messages (at the end of a subtest)."""
+        self._slots.clear()
+        self._inbox.clear()
+        self._posted.clear()
 
     def register_group(self, group: GroupInfo) -> None:
         known = self._group_ranks.setdefault(group.name, group.ranks)
@@ -166,7 +173,8 @@ class Rendezvous:
             )
 
     # -- collectives -------------------------------------------------------------------------
-    def collective(self, call: Call, seq: int) -> Work:
+    def collective(self, call: Call, seq: tuple[int, int]) -> Work:
+        """``seq``: (subtest epoch, index of the call in the group's stream)."""
         key = (call.group.name, seq)
         slot = self._slots.get(key)
         if slot is None:
@@ -198,7 +206,7 @@ class Rendezvous:
             f"rank {slot.group.ranks[i]}: {c.describe()}" for i, c in enumerate(slot.calls) if c
         ]
         err = CollectiveMismatchError(
-            f"collective #{slot.seq} on group {slot.group.label} does not match across ranks: "
+            f"collective #{slot.seq[1]} on group {slot.group.label} does not match across ranks: "
             f"{reason}\n  " + "\n  ".join(lines)
         )
         slot.done = True

@@ -97,6 +97,12 @@ class World:
         self.rendezvous: object = None  # set by simpg.rendezvous.Rendezvous
         self.faults: dict[int, list] = {}
         self._local = threading.local()
+        # subtests (see simpg.subtests): a failure aborts the current subtest, not the world
+        self.subtests_active = False
+        self.epoch = 0
+        self._aborted: tuple[BaseException, int | None] | None = None
+        self._gate_arrivals = 0
+        self._gate_generation = 0
 
     # -- who am I ---------------------------------------------------------------------------
     def current_rank(self) -> int:
@@ -145,9 +151,10 @@ class World:
     def wait_until(self, waitable: Waitable) -> None:
         """Block the calling rank until ``waitable.ready()``, running other ranks meanwhile."""
         me = self._ranks[self.current_rank()]
+        is_gate = isinstance(waitable, _Gate)
         while True:
             with self._lock:
-                self._raise_if_failed()
+                self._raise_if_failed(subtest=not is_gate)
                 if waitable.ready():
                     me.status = Status.RUNNING
                     me.waiting_for = None
@@ -158,7 +165,7 @@ class World:
                 else:
                     me.status = Status.BLOCKED
                     nxt = self._pass_baton(me)
-                    self._raise_if_failed()
+                    self._raise_if_failed(subtest=not is_gate)
             self._switch(me, nxt)
 
     def preempt(self) -> None:
@@ -177,8 +184,8 @@ class World:
         self._switch(me, nxt)
 
     def check_failed(self) -> None:
-        """Raise on the calling rank if the world has failed."""
-        if self.failure is not None:
+        """Raise on the calling rank if the world has failed (or its subtest was aborted)."""
+        if self.failure is not None or self._aborted is not None:
             with self._lock:
                 self._raise_if_failed()
 
@@ -199,6 +206,12 @@ class World:
             self._fail_locked(error, rank)
 
     def _fail_locked(self, error: BaseException, rank: int | None) -> None:
+        if self.subtests_active and self.failure is None:
+            # Note [subtest abort]: the ranks waiting in this subtest become runnable and
+            # raise one at a time, keeping the baton; they meet again at the subtest's gate.
+            if self._aborted is None:
+                self._aborted = (error, rank)
+            return
         if self.failure is None:
             self.failure, self.failed_rank = error, rank
         for r in self._ranks:
@@ -206,24 +219,30 @@ class World:
                 r.wake_pending = True
                 r.wake.release()
 
-    def _raise_if_failed(self) -> None:
-        failure = self.failure
+    def _raise_if_failed(self, subtest: bool = True) -> None:
+        failure, failed_rank = self.failure, self.failed_rank
+        if failure is None and subtest and self._aborted is not None:
+            failure, failed_rank = self._aborted
         if failure is None:
             return
         if isinstance(failure, SimpgError):
             raise failure.copy()
         err = RankFailedError(
-            f"rank {self.failed_rank} failed with {type(failure).__name__}: {failure}; "
+            f"rank {failed_rank} failed with {type(failure).__name__}: {failure}; "
             "this rank was released from its wait"
         )
-        err.failed_rank = self.failed_rank
+        err.failed_rank = failed_rank
         raise err
 
     # -- the baton ------------------------------------------------------------------------------
     def _runnable(self, r: RankSlot) -> bool:
         if r.status is Status.READY:
             return True
-        return r.status is Status.BLOCKED and r.waiting_for is not None and r.waiting_for.ready()
+        if r.status is not Status.BLOCKED or r.waiting_for is None:
+            return False
+        if self._aborted is not None and not isinstance(r.waiting_for, _Gate):
+            return True  # it will raise the abort
+        return r.waiting_for.ready()
 
     def _pick(self, me: RankSlot) -> RankSlot | None:
         if self._order is not None:
@@ -253,6 +272,9 @@ class World:
         stuck = [r for r in self._ranks if r.status is Status.BLOCKED]
         absent = [r for r in self._ranks if r.status is Status.ABSENT]
         if stuck and not absent and self.failure is None:
+            if self.subtests_active and self._aborted is None:
+                self._aborted = (self._deadlock_error(), None)  # abort the subtest, go on
+                return self._pass_baton(me)
             self._fail_locked(self._deadlock_error(), None)
         return None
 
@@ -282,6 +304,32 @@ class World:
             me.rng_state = torch.get_rng_state()
             me.has_cpu = False
             _CPU.release()
+
+    # -- subtest gates -----------------------------------------------------------------------
+    def end_subtest(self) -> tuple[BaseException, int | None] | None:
+        """Wait until every live rank ends the current subtest; returns its abort, if any.
+
+        The last rank to arrive clears the abort and starts the next epoch, so the
+        collectives of an aborted subtest never match those of the next one.
+        """
+        with self._lock:
+            aborted = self._aborted
+            gate = _Gate(self, self._gate_generation)
+            self._gate_arrivals += 1
+            live = sum(r.status is not Status.DONE for r in self._ranks)
+            if self._gate_arrivals >= live:
+                self._open_gate()
+        self.wait_until(gate)
+        return aborted
+
+    def _open_gate(self) -> None:
+        self._gate_arrivals = 0
+        self._gate_generation += 1
+        self._aborted = None
+        self.epoch += 1
+        clear = getattr(self.rendezvous, "clear", None)
+        if clear is not None:
+            clear()  # an aborted subtest's messages must not reach the next one
 
     # -- watchdog and reports ----------------------------------------------------------------
     def _watchdog(self, me: RankSlot) -> None:
@@ -335,3 +383,18 @@ def _thread_position(thread: threading.Thread) -> str:
     user = [f for f in stack if "/simpg/" not in f.filename and "/torch/" not in f.filename]
     f = (user or stack)[-1]
     return f"{f.filename}:{f.lineno} in {f.name}"
+
+
+class _Gate:
+    """The end of a subtest: ready once every live rank arrived."""
+
+    is_collective = True
+
+    def __init__(self, world: World, generation: int) -> None:
+        self._world, self._generation = world, generation
+
+    def ready(self) -> bool:
+        return self._world._gate_generation > self._generation
+
+    def describe(self) -> str:
+        return "the end of a subtest (run_subtests), waiting for the other ranks"
