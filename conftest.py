@@ -1,8 +1,17 @@
-"""pytest wiring for the whole repository (see simpg.pytest_plugin)."""
+"""pytest wiring for the whole repository: simpg's world marker and hypothesis profiles."""
 
 import os
+
+from hypothesis import HealthCheck, settings
 
 # tests run many tiny worlds: one intra-op thread per process keeps 2 cores for pytest -n auto
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = ["simpg.pytest_plugin"]
+
+# HYPOTHESIS_PROFILE=dev|debug|ci (default ci): fixed budgets, no deadlines (2-core CI).
+settings.register_profile("ci", deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, max_examples=200)
+settings.register_profile("debug", deadline=None, max_examples=10, verbosity=2)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -7,6 +7,7 @@
 
 from simpg import c10d_state as _c10d_state
 from simpg.backend import register as _register
+from simpg.costmodel import CostModel, LinkModel
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
 from simpg.faults import RaiseAt, StallAt
 from simpg.records import CollectiveRecord
@@ -20,6 +21,8 @@ _register()
 __all__ = [
     "CollectiveMismatchError",
     "CollectiveRecord",
+    "CostModel",
+    "LinkModel",
     "DeadlockError",
     "RaiseAt",
     "RankFailedError",

@@ -307,7 +307,9 @@ def _shapes(payload: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(t.shape) for t in _flatten(inputs) if isinstance(t, torch.Tensor))
 
 
-_SKIP = ("/simpg/", "/torch/distributed/", "/torch/_tensor", "/torch/utils/", "/torch/_ops")
+# modules between user code and the process group: a call site is the first frame outside them
+_SKIP = ("simpg.process_group", "simpg.rendezvous", "simpg.faults", "torch.distributed",
+         "torch._ops", "torch.utils", "torch._tensor", "typing_extensions", "contextlib")
 _skip_code: dict[Any, bool] = {}  # code object -> whether it is library code
 
 
@@ -318,7 +320,8 @@ def caller_site() -> str:
         code = frame.f_code
         skip = _skip_code.get(code)
         if skip is None:
-            skip = _skip_code[code] = any(s in code.co_filename for s in _SKIP)
+            module = frame.f_globals.get("__name__", "")
+            skip = _skip_code[code] = module.startswith(_SKIP)
         if not skip:
             return f"{code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
