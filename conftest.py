@@ -2,7 +2,7 @@
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Verbosity, settings
 
 # tests run many tiny worlds: one intra-op thread per process keeps 2 cores for pytest -n auto
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -13,5 +13,5 @@ pytest_plugins = ["simpg.pytest_plugin"]
 settings.register_profile("ci", deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, max_examples=200)
-settings.register_profile("debug", deadline=None, max_examples=10, verbosity=2)
+settings.register_profile("debug", deadline=None, max_examples=10, verbosity=Verbosity.verbose)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

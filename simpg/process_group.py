@@ -89,6 +89,30 @@ class SimProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return "simpg"
 
+    # c10d sets and reads the name through the C++ base, which keeps it on a backend that a
+    # Python process group does not have; DeviceMesh and functional collectives need it.
+    def getGroupName(self) -> str:
+        return self._group.name
+
+    def setGroupName(self, name: str) -> None:
+        if name != self._group.name:
+            raise ValueError(f"simpg group {self._group.label} is named {self._group.name!r}, "
+                             f"not {name!r}")
+
+    @property
+    def group_name(self) -> str:
+        return self._group.name
+
+    def getGroupDesc(self) -> str:
+        return self._group.label
+
+    def setGroupDesc(self, desc: str) -> None:
+        pass  # the label is derived from the ranks
+
+    @property
+    def group_desc(self) -> str:
+        return self._group.label
+
     def __repr__(self) -> str:
         return f"SimProcessGroup({self._group.label}, rank={self._group_rank})"
 
