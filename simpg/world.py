@@ -115,7 +115,10 @@ class World:
     def join(self, rank: int) -> None:
         """Make the calling thread rank ``rank``; returns once it holds the baton."""
         if not isinstance(rank, int) or not 0 <= rank < self.size:
-            raise ValueError(f"rank must be in [0, {self.size - 1}], got {rank!r}")
+            raise ValueError(
+                f"rank must be in [0, {self.size - 1}] for a world of {self.size} ranks, "
+                f"got {rank!r}"
+            )
         me = self._ranks[rank]
         with self._lock:
             if me.thread is not None:

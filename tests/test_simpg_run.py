@@ -257,6 +257,21 @@ def test_threads_you_start_yourself_with_init_process_group():
     assert not dist.is_initialized()  # the main thread's torch.distributed is untouched
 
 
+def test_rank_out_of_range_in_init_process_group():
+    errors = []
+
+    def worker():
+        try:
+            dist.init_process_group("simpg", rank=3, world_size=2, store=dist.HashStore())
+        except ValueError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(timeout=30)
+    assert errors == ["rank must be in [0, 1] for a world of 2 ranks, got 3"]
+
+
 @pytest.mark.world(4)
 def test_world_marker_runs_the_body_on_every_rank():
     t = torch.ones(2)
