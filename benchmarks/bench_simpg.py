@@ -1,0 +1,284 @@
+"""simpg vs torch's multithreaded process group vs gloo processes, on this machine.
+
+    .venv/bin/python benchmarks/bench_simpg.py [--quick]
+
+Prints one markdown table: world start+stop, 1 KB all_reduce and all_gather latency and 4 MB
+all_reduce bandwidth at 4 and 8 ranks. Each backend is measured in its own fresh interpreter
+(this script re-run with --backend): importing simpg replaces torch.distributed's module-level
+world with a per-rank proxy, and torch's threaded PG swaps in its own thread-local world, so
+keeping them apart means neither figure pays for, or is broken by, the other's patching.
+Every measured path checks its result once: a wrong answer raises instead of giving a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = (4, 8)
+BACKENDS = ("simpg", "torch_mt", "gloo")
+SMALL = 256  # float32 elements: 1 KB
+LARGE = 1 << 20  # float32 elements: 4 MB
+Figures = dict[str, float]
+
+
+def repeats(quick: bool) -> dict[str, int]:
+    """Loop counts; --quick keeps the whole run near a minute on 2 busy cores."""
+    if quick:
+        return dict(rounds=3, starts=10, gloo_starts=1, warmup=20, small=100, large=5)
+    return dict(rounds=5, starts=20, gloo_starts=2, warmup=50, small=400, large=10)
+
+
+# --- what every rank runs, whatever the backend ------------------------------------------
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise RuntimeError(f"rank {dist.get_rank()}: wrong result from {what}")
+
+
+def _best_mean_s(loop: Callable[[int], Any], iters: int, rounds: int) -> float:
+    """Best of ``rounds`` timed loops of ``iters`` each: other work shares these cores in
+    bursts, and a round that a burst slowed tells nothing about the backend."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        loop(iters)
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best
+
+
+def _per_call_s(call: Callable[[], Any], iters: int, warmup: int, rounds: int) -> float:
+    for _ in range(warmup):
+        call()
+
+    def loop(k: int) -> None:
+        dist.barrier()  # start together, so rank 0 does not time others' warm-up or lag
+        for _ in range(k):
+            call()
+
+    return _best_mean_s(loop, iters, rounds)
+
+
+def rank_figures(reps: dict[str, int]) -> Figures | None:
+    """The collective figures, as rank 0's loop wall time; None on other ranks."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    expected_sum = n * (n + 1) / 2  # rank r contributes r + 1
+    warmup, rounds = reps["warmup"], reps["rounds"]
+
+    small = torch.full((SMALL,), float(rank + 1))
+    dist.all_reduce(small)
+    _check(bool((small == expected_sum).all()), "all_reduce 1 KB")
+    small.zero_()  # zeros stay zeros: repeated in-place sums cannot overflow to inf
+    ar_small = _per_call_s(lambda: dist.all_reduce(small), reps["small"], warmup, rounds)
+
+    mine = torch.full((SMALL,), float(rank + 1))
+    outs = [torch.empty(SMALL) for _ in range(n)]
+    dist.all_gather(outs, mine)
+    _check(all(bool((o == r + 1).all()) for r, o in enumerate(outs)), "all_gather 1 KB")
+    ag_small = _per_call_s(lambda: dist.all_gather(outs, mine), reps["small"], warmup, rounds)
+
+    large = torch.full((LARGE,), float(rank + 1))
+    dist.all_reduce(large)
+    _check(bool((large == expected_sum).all()), "all_reduce 4 MB")
+    large.zero_()
+    ar_large = _per_call_s(lambda: dist.all_reduce(large), reps["large"], 2, rounds)
+
+    if rank != 0:
+        return None
+    return {
+        "all_reduce_1k_us": ar_small * 1e6,
+        "all_gather_1k_us": ag_small * 1e6,
+        "all_reduce_4m_gbps": LARGE * 4 / ar_large / 1e9,
+    }
+
+
+def _noop() -> None:
+    """A world that only starts and stops: init/destroy happen around it."""
+
+
+def _start_stop_ms(run_world: Callable[[], Any], reps: dict[str, int]) -> float:
+    for _ in range(5):
+        run_world()
+
+    def loop(k: int) -> None:
+        for _ in range(k):
+            run_world()
+
+    return _best_mean_s(loop, reps["starts"], reps["rounds"]) * 1e3
+
+
+# --- 1. simpg -------------------------------------------------------------------------------
+
+def measure_simpg(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
+    sys.path.insert(0, REPO)  # this checkout's simpg, wherever the script is run from
+    import simpg
+
+    out = {}
+    for n in SIZES:
+        start = _start_stop_ms(lambda: simpg.run(_noop, n), reps)
+        out[n] = {"start_stop_ms": start, **simpg.run(rank_figures, n, reps)[0]}
+    return out
+
+
+# --- 2. torch's multithreaded process group --------------------------------------------------
+
+def _run_threaded(fn: Callable[..., Any], n: int, *args: Any) -> list[Any]:
+    """What common_distributed.spawn_threads_and_init_comms does, returning results."""
+    from torch.testing._internal.distributed import multi_threaded_pg as mtpg
+
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    mtpg._install_threaded_pg()
+    store = dist.HashStore()  # fresh per world: init's store-based barrier counts arrivals
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def worker(rank: int) -> None:
+        try:
+            dist.init_process_group("threaded", rank=rank, world_size=n, store=store)
+            results[rank] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised by the caller below
+            errors.append(e)
+            mtpg.ProcessLocalGroup.exception_handle(e)  # wakes ranks waiting in a collective
+        finally:
+            if dist.is_initialized():  # per thread: the installed world is thread-local
+                dist.destroy_process_group()
+
+    try:
+        threads = [threading.Thread(target=worker, args=(r,)) for r in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        mtpg._uninstall_threaded_pg()
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+        mtpg.ProcessLocalGroup.reset()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def measure_torch_mt(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
+    out = {}
+    for n in SIZES:
+        start = _start_stop_ms(lambda: _run_threaded(_noop, n), reps)
+        out[n] = {"start_stop_ms": start, **_run_threaded(rank_figures, n, reps)[0]}
+    return out
+
+
+# --- 3. gloo processes on 127.0.0.1 ----------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gloo_rank(rank: int, n: int, reps: dict[str, int] | None, out_path: str | None) -> None:
+    """One spawned process; reps None means start and stop only."""
+    dist.init_process_group("gloo", rank=rank, world_size=n)
+    try:
+        figures = rank_figures(reps) if reps is not None else None
+        if figures is not None and out_path is not None:
+            with open(out_path, "w") as f:
+                json.dump(figures, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn_gloo(n: int, reps: dict[str, int] | None, out_path: str | None) -> None:
+    # children inherit the environment: the env:// rendezvous reads these
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    mp.spawn(_gloo_rank, args=(n, reps, out_path), nprocs=n, join=True)
+
+
+def measure_gloo(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
+    out = {}
+    for n in SIZES[:1] if quick else SIZES:  # 8 processes on 2 cores is slow to start
+        # no warm-up: each world is new processes (interpreter and torch import included),
+        # the cost a user of mp.spawn pays every time
+        start = _best_mean_s(lambda _: _spawn_gloo(n, None, None), 1, reps["gloo_starts"]) * 1e3
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "rank0.json")
+            _spawn_gloo(n, reps, path)
+            with open(path) as f:
+                out[n] = {"start_stop_ms": start, **json.load(f)}
+    return out
+
+
+MEASURE = {"simpg": measure_simpg, "torch_mt": measure_torch_mt, "gloo": measure_gloo}
+
+
+# --- the report ------------------------------------------------------------------------------
+
+ROWS = (  # key, label, format
+    ("start_stop_ms", "world start+stop (ms)", "{:.2f}"),
+    ("all_reduce_1k_us", "all_reduce 1 KB (µs/call)", "{:.1f}"),
+    ("all_gather_1k_us", "all_gather 1 KB (µs/call)", "{:.1f}"),
+    ("all_reduce_4m_gbps", "all_reduce 4 MB (GB/s algbw)", "{:.2f}"),
+)
+
+
+def print_table(results: dict[str, dict[int, Figures]], argv: list[str]) -> None:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"command: {' '.join(argv)}")
+    print(f"torch {torch.__version__}, {cpus} cores, "
+          f"{datetime.datetime.now().isoformat(timespec='seconds')}")
+    print()
+    print("| metric | ranks | simpg | torch MT | gloo | simpg / torch MT | simpg / gloo |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for key, label, fmt in ROWS:
+        for n in SIZES:
+            vals = [results[b].get(n, {}).get(key) for b in BACKENDS]
+            cells = [fmt.format(v) if v is not None else "skipped" for v in vals]
+            ratios = [f"{vals[0] / v:.3g}" if v and vals[0] is not None else "–"
+                      for v in vals[1:]]
+            print(f"| {label} | {n} | " + " | ".join(cells + ratios) + " |")
+    print()
+    print("Each figure is the best of several rounds' means (other work shares the cores); "
+          "collectives are timed on rank 0.")
+    print("Ratios are simpg's figure over the other's: below 1 is better for simpg in the "
+          "time rows, above 1 in the GB/s row.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, no gloo at 8")
+    parser.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    reps = repeats(args.quick)
+
+    if args.backend:  # child: measure one backend, write its figures as JSON
+        figures = MEASURE[args.backend](reps, args.quick)
+        with open(args.out, "w") as f:
+            json.dump(figures, f)
+        return
+
+    results: dict[str, dict[int, Figures]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in BACKENDS:
+            out = os.path.join(tmp, f"{backend}.json")
+            cmd = [sys.executable, os.path.abspath(__file__), "--backend", backend, "--out", out]
+            subprocess.run(cmd + (["--quick"] if args.quick else []), check=True)
+            with open(out) as f:  # JSON keys are strings
+                results[backend] = {int(n): figs for n, figs in json.load(f).items()}
+    print_table(results, [os.path.relpath(sys.executable), *sys.argv])
+
+
+if __name__ == "__main__":
+    main()
