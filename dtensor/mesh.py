@@ -1,0 +1,335 @@
+"""The device mesh: a logical grid of ranks (``MeshSpec``) bound to process groups.
+
+``MeshSpec`` is the logical part: shape and dim names, frozen and hashable. Sharding rules and
+the planner need nothing else, so it is what they take and what caches key on. ``DeviceMesh``
+binds a spec to global ranks and to ``torch.distributed`` process groups of any backend
+(nccl, gloo, simpg), through the public torch.distributed API only.
+
+Build one on every rank of the default group, like torch's ``DeviceMesh``:
+
+>>> import simpg
+>>> simpg.run(lambda: init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+...           .get_coordinate(), 4)
+[[0, 0], [0, 1], [1, 0], [1, 1]]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from dtensor.layout import mesh_coordinates, mesh_groups
+
+MeshDim = int | str
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+class MeshError(ValueError):
+    """A mesh that cannot be built or a mesh dim / rank that is not on the mesh."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeshSpec:
+    """The logical mesh: sizes and optional names, no ranks, no groups.
+
+    >>> MeshSpec((2, 4), ("dp", "tp")).dim_index("tp")
+    1
+    """
+
+    shape: tuple[int, ...]
+    dim_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.shape or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                                 for n in self.shape):
+            raise MeshError(f"mesh shape {self.shape}: expected a non-empty tuple of ints >= 1")
+        names = self.dim_names
+        if names is None:
+            return
+        if len(names) != len(self.shape):
+            raise MeshError(f"mesh_dim_names {names} has {len(names)} names for a "
+                            f"{len(self.shape)}-d mesh of shape {self.shape}: expected one "
+                            f"name per mesh dim")
+        if any(not isinstance(n, str) for n in names):
+            raise MeshError(f"mesh_dim_names {names}: expected strings")
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise MeshError(f"mesh_dim_names {names} repeats {dups}: expected distinct names")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def dim_index(self, dim: MeshDim) -> int:
+        """The index of mesh dim ``dim`` (an int, negative allowed, or a name)."""
+        if isinstance(dim, str):
+            if self.dim_names is None or dim not in self.dim_names:
+                raise MeshError(f"mesh dim {dim!r} is not on mesh {self}: expected one of "
+                                f"{list(self.dim_names or ())}")
+            return self.dim_names.index(dim)
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -self.ndim <= dim < self.ndim:
+            raise MeshError(f"mesh dim {dim!r} is not on {self.ndim}-d mesh {self}: expected an "
+                            f"int in [{-self.ndim}, {self.ndim - 1}] or a dim name")
+        return dim % self.ndim
+
+    def __str__(self) -> str:
+        if self.dim_names is None:
+            return f"mesh{self.shape}"
+        return "mesh(" + ", ".join(f"{k}={n}" for k, n in zip(self.dim_names, self.shape)) + ")"
+
+
+class _Groups:
+    """Process groups shared by a mesh and its sub-meshes, keyed by global ranks in group-rank
+    order (so a group is made once however many meshes use it)."""
+
+    def __init__(self) -> None:
+        self.by_ranks: dict[tuple[int, ...], dist.ProcessGroup] = {}
+
+
+class DeviceMesh:
+    """A logical mesh (``spec``) bound to global ranks and process groups.
+
+    ``mesh`` is a nested list or tensor of global ranks; rank ``mesh[c]`` sits at coordinate
+    ``c``. Construct it on every rank of the default group (ranks outside the mesh too: they
+    get ``get_coordinate() is None``), in the same order, because it creates the per-dim
+    groups collectively (Note [Creating groups]).
+
+    >>> import simpg
+    >>> simpg.run(lambda: DeviceMesh("cpu", [[0, 2], [1, 3]]).get_local_rank(1), 4)
+    [0, 0, 1, 1]
+    """
+
+    def __init__(self, device_type: str, mesh: torch.Tensor | Sequence,
+                 *, mesh_dim_names: Sequence[str] | None = None) -> None:
+        ranks = _as_rank_tensor(mesh)
+        names = None if mesh_dim_names is None else tuple(mesh_dim_names)
+        self._bind(device_type, ranks, MeshSpec(tuple(ranks.shape), names), _Groups())
+        _check_world(self)
+        _init_device(self)
+        self._create_dim_groups()
+
+    # -- construction ------------------------------------------------------------------------
+    def _bind(self, device_type: str, ranks: torch.Tensor, spec: MeshSpec,
+              groups: _Groups) -> None:
+        if device_type not in DEVICE_TYPES:
+            raise MeshError(f"device_type {device_type!r}: expected one of {DEVICE_TYPES}")
+        flat = ranks.reshape(-1).tolist()
+        if len(set(flat)) != len(flat) or min(flat) < 0:
+            raise MeshError(f"mesh {ranks.tolist()}: expected distinct ranks >= 0")
+        self.device_type = device_type
+        self.spec = spec
+        self._ranks = ranks
+        self._flat: tuple[int, ...] = tuple(flat)
+        self._groups = groups
+        self._rank_at = dict(zip(mesh_coordinates(spec.shape), flat))
+        me = dist.get_rank() if dist.is_initialized() else -1
+        self._coord: tuple[int, ...] | None = next(
+            (c for c, r in self._rank_at.items() if r == me), None)
+        self._dim_groups: list[dist.ProcessGroup | None] = [None] * spec.ndim
+
+    def _create_dim_groups(self) -> None:
+        # Note [Creating groups]
+        # Per-dim groups are made at construction by *every* rank of the default group, for
+        # every group of every dim, in one order, with use_local_synchronization=False. c10d
+        # then names each group from a counter that every rank advances on every call, so
+        # members agree on the name (gloo rendezvouses on a store prefix made from it; simpg
+        # matches groups by it). With use_local_synchronization=True the name hashes the ranks
+        # with the number of groups the *calling* process holds, which differs between ranks
+        # as soon as some made a group the others did not: members would wait on different
+        # names (a hang on gloo, a deadlock report on simpg). sort_ranks=False keeps the group
+        # rank order equal to layout.mesh_groups order even when the mesh's ranks are not
+        # increasing along it.
+        for m in range(self.ndim):
+            for members in mesh_groups(self.shape, (m,)):
+                ranks = tuple(self._rank_at[c] for c in members)
+                pg = self._groups.by_ranks.get(ranks)
+                if pg is None:
+                    pg = dist.new_group(list(ranks), sort_ranks=False)
+                    if pg is not None and pg != dist.GroupMember.NON_GROUP_MEMBER:
+                        self._groups.by_ranks[ranks] = pg
+                if self._coord is not None and self._coord in members:
+                    self._dim_groups[m] = self._groups.by_ranks[ranks]
+
+    # -- logical view ------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.spec.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.spec.ndim
+
+    @property
+    def mesh_dim_names(self) -> tuple[str, ...] | None:
+        return self.spec.dim_names
+
+    @property
+    def mesh(self) -> torch.Tensor:
+        """The global ranks, a tensor of ``shape``."""
+        return self._ranks.clone()
+
+    def size(self, mesh_dim: MeshDim | None = None) -> int:
+        return self.spec.size if mesh_dim is None else self.shape[self.spec.dim_index(mesh_dim)]
+
+    # -- this rank ---------------------------------------------------------------------------
+    def get_rank(self) -> int:
+        """This process's global rank."""
+        return dist.get_rank()
+
+    def get_coordinate(self) -> list[int] | None:
+        """This rank's coordinate on the mesh, or None when it is not on the mesh."""
+        return None if self._coord is None else list(self._coord)
+
+    def get_local_rank(self, mesh_dim: MeshDim | None = None) -> int:
+        """This rank's index along ``mesh_dim`` (optional on a 1-d mesh)."""
+        m = self._one_dim(mesh_dim, "get_local_rank")
+        return self._require_coord("get_local_rank")[m]
+
+    def get_group(self, mesh_dim: MeshDim | None = None) -> dist.ProcessGroup:
+        """The group along ``mesh_dim`` that holds this rank (optional on a 1-d mesh)."""
+        m = self._one_dim(mesh_dim, "get_group")
+        self._require_coord("get_group")
+        group = self._dim_groups[m]
+        assert group is not None  # made at construction for every dim of a member rank
+        return group
+
+    def get_all_groups(self) -> list[dist.ProcessGroup]:
+        return [self.get_group(m) for m in range(self.ndim)]
+
+    def group_for(self, mesh_dims: Sequence[int]) -> dist.ProcessGroup:
+        """The group spanning ``mesh_dims`` that holds this rank; group ranks are in
+        ``layout.mesh_groups`` order (row-major over the mesh dims). Made on first use.
+
+        Note [Lazy groups]: made with use_local_synchronization=True, so only the members
+        call it; c10d names it from the ranks and the number of groups each member already
+        holds, so members must have made the same number of groups before (true when every
+        rank of the mesh runs the same redistributions, the SPMD case). When the members are
+        the whole world in rank order, the default group is used and nothing is made.
+        """
+        dims = tuple(sorted({self.spec.dim_index(m) for m in mesh_dims}))
+        if not dims:
+            raise MeshError(f"group_for({tuple(mesh_dims)}): expected at least one mesh dim")
+        coord = self._require_coord("group_for")
+        if len(dims) == 1:
+            return self.get_group(dims[0])
+        members = next(g for g in mesh_groups(self.shape, dims) if coord in g)
+        ranks = tuple(self._rank_at[c] for c in members)
+        pg = self._groups.by_ranks.get(ranks)
+        if pg is None:
+            if ranks == tuple(range(dist.get_world_size())):
+                pg = dist.group.WORLD
+            else:
+                pg = dist.new_group(list(ranks), use_local_synchronization=True,
+                                    sort_ranks=False)
+            assert pg is not None
+            self._groups.by_ranks[ranks] = pg
+        return pg
+
+    # -- sub-meshes --------------------------------------------------------------------------
+    def __getitem__(self, names: str | tuple[str, ...]) -> DeviceMesh:
+        """The sub-mesh over the named dims, in the order given, that holds this rank."""
+        names = (names,) if isinstance(names, str) else tuple(names)
+        if self.mesh_dim_names is None:
+            raise MeshError(f"{self!r} has no mesh_dim_names: name the dims to slice by name")
+        dims = [self.spec.dim_index(n) for n in names]
+        if len(set(dims)) != len(dims) or not dims:
+            raise MeshError(f"mesh[{names}]: expected distinct dim names of {self.mesh_dim_names}")
+        coord = self._require_coord(f"mesh[{names}]")
+        index = tuple(slice(None) if m in dims else coord[m] for m in range(self.ndim))
+        # The kept dims stay in mesh order after indexing; permute them into the order given.
+        kept = sorted(dims)
+        ranks = self._ranks[index].permute([kept.index(m) for m in dims]).contiguous()
+        sub = DeviceMesh.__new__(DeviceMesh)
+        sub._bind(self.device_type, ranks, MeshSpec(tuple(ranks.shape), names), self._groups)
+        # A sub-mesh's dim groups are its parent's: the same ranks in the same order.
+        sub._dim_groups = [self._dim_groups[m] for m in dims]
+        return sub
+
+    # -- identity ----------------------------------------------------------------------------
+    def _key(self) -> tuple:
+        return (self.device_type, self.shape, self._flat, self.mesh_dim_names)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceMesh) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        names = "" if self.mesh_dim_names is None else f", mesh_dim_names={self.mesh_dim_names}"
+        return f"DeviceMesh({self.device_type!r}, {self._ranks.tolist()}{names})"
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _one_dim(self, mesh_dim: MeshDim | None, what: str) -> int:
+        if mesh_dim is None:
+            if self.ndim != 1:
+                raise MeshError(f"{what}() on {self.ndim}-d {self!r}: expected a mesh_dim "
+                                f"(int or name) unless the mesh is 1-d")
+            return 0
+        return self.spec.dim_index(mesh_dim)
+
+    def _require_coord(self, what: str) -> tuple[int, ...]:
+        if self._coord is None:
+            raise MeshError(f"{what} on {self!r}: rank {dist.get_rank()} is not on this mesh")
+        return self._coord
+
+
+def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
+                     mesh_dim_names: Sequence[str] | None = None) -> DeviceMesh:
+    """A mesh of ``mesh_shape`` over ranks 0..N-1 of the default group, row-major.
+
+    >>> import simpg
+    >>> simpg.run(lambda: init_device_mesh("cpu", (2,)).size(), 2)
+    [2, 2]
+    """
+    shape = tuple(mesh_shape)
+    spec = MeshSpec(shape, None if mesh_dim_names is None else tuple(mesh_dim_names))
+    world = _world_size(f"init_device_mesh({shape})")
+    if spec.size != world:
+        raise MeshError(f"init_device_mesh({shape}) needs {spec.size} ranks, but the default "
+                        f"group has {world}")
+    return DeviceMesh(device_type, torch.arange(world).reshape(shape),
+                      mesh_dim_names=mesh_dim_names)
+
+
+def _as_rank_tensor(mesh: torch.Tensor | Sequence) -> torch.Tensor:
+    try:
+        ranks = torch.as_tensor(mesh, device="cpu")
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise MeshError(f"mesh {mesh!r}: expected a nested list or tensor of ranks ({e})") from e
+    if ranks.dtype.is_floating_point or ranks.dtype.is_complex or ranks.dtype == torch.bool \
+            or ranks.ndim == 0 or ranks.numel() == 0:
+        raise MeshError(f"mesh {mesh!r}: expected a non-empty n-d array of integer ranks")
+    return ranks.to(torch.int64)
+
+
+def _world_size(what: str) -> int:
+    if not dist.is_initialized():
+        raise MeshError(f"{what}: torch.distributed is not initialized: call "
+                        f"dist.init_process_group first (or run under simpg.run / torchrun)")
+    return dist.get_world_size()
+
+
+def _check_world(mesh: DeviceMesh) -> None:
+    world = _world_size(repr(mesh))
+    outside = sorted(r for r in mesh._flat if r >= world)
+    if outside:
+        raise MeshError(f"{mesh!r} holds ranks {outside} outside the default group: expected "
+                        f"ranks in [0, {world - 1}]")
+
+
+def _init_device(mesh: DeviceMesh) -> None:
+    # One GPU per local rank: without this every process of a node would use cuda:0.
+    if mesh.device_type == "cuda" and torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        local = int(os.environ.get("LOCAL_RANK", dist.get_rank() % max(count, 1)))
+        torch.cuda.set_device(local % max(count, 1))
