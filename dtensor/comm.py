@@ -1,0 +1,238 @@
+"""The one small interface dtensor uses for collectives: four functions over a process group.
+
+Each is a thin wrapper on torch.distributed's c10d API and works on any ``dist.ProcessGroup``
+(nccl, gloo, simpg, ...). Unlike c10d they are out of place and take uneven sizes: the caller
+passes every group rank's shape, which it knows from ``dtensor.layout``. With
+``async_op=True`` they return a ``Handle`` whose ``wait()`` finishes the op and gives the result.
+
+Note [Backend capabilities]
+Backends differ in what they implement, not in what they mean: gloo (torch 2.13) rejects
+list-form all_gather and all_to_all whose tensors differ in size, though it has
+all_to_all_single with uneven splits. ``CAPABILITIES`` says, per backend name, which native
+ops to use; the rest get a correct fallback built from ops every backend has. This is about
+what a backend implements; it never asks whether the group is simulated (simpg declares its
+capabilities like any other backend). An unknown backend gets the portable fallbacks.
+
+>>> import torch, simpg
+>>> simpg.run(lambda: all_reduce(torch.ones(2), dist.group.WORLD, "max").tolist(), 2)
+[[1.0, 1.0], [1.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, overload
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+U = TypeVar("U")
+ReduceOpName = Literal["sum", "avg", "max", "min"]
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
+               "min": dist.ReduceOp.MIN}
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Which native c10d ops a backend runs correctly (Note [Backend capabilities])."""
+
+    uneven_all_gather: bool  # list-form all_gather with tensors of different shapes
+    uneven_all_to_all: bool  # list-form all_to_all with tensors of different shapes
+    reduce_scatter: bool  # list-form reduce_scatter, pieces of different shapes allowed
+    avg: bool  # ReduceOp.AVG on floating tensors
+
+
+_FULL = Capabilities(True, True, True, True)
+# Only all_reduce (sum/max/min), all_gather_single and all_to_all_single with splits.
+PORTABLE = Capabilities(False, False, False, False)
+CAPABILITIES: dict[str, Capabilities] = {
+    "nccl": _FULL,  # uneven list forms run as grouped broadcasts / point-to-point
+    "simpg": _FULL,
+    # Checked on torch 2.13: uneven list all_gather / all_to_all raise "invalid tensor size";
+    # reduce_scatter (uneven too) and AVG work.
+    "gloo": Capabilities(uneven_all_gather=False, uneven_all_to_all=False,
+                         reduce_scatter=True, avg=True),
+}
+
+
+def capabilities(group: dist.ProcessGroup) -> Capabilities:
+    """The capabilities of ``group``'s backend; unknown backends get ``PORTABLE``."""
+    return CAPABILITIES.get(str(dist.get_backend(group)).lower(), PORTABLE)
+
+
+class Handle(Generic[T]):
+    """An issued collective: ``wait()`` finishes it (once) and returns its result."""
+
+    def __init__(self, works: Sequence[Any], finish: Callable[[], T]) -> None:
+        self._works = [w for w in works if w is not None]
+        self._finish: Callable[[], T] | None = finish
+        self._value: T | None = None
+
+    @staticmethod
+    def done(value: U) -> Handle[U]:
+        return Handle([], lambda: value)
+
+    def then(self, fn: Callable[[T], U]) -> Handle[U]:
+        """A handle whose result is ``fn`` of this one's, run on ``wait()``."""
+        return Handle([], lambda: fn(self.wait()))
+
+    def wait(self) -> T:
+        if self._finish is not None:
+            for w in self._works:
+                w.wait()
+            self._value, self._finish = self._finish(), None
+        return self._value  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------
+# The four collectives. Each has overloads so the result type follows async_op.
+
+
+@overload
+def all_gather(tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: dist.ProcessGroup,
+               *, async_op: Literal[False] = ...) -> list[torch.Tensor]: ...
+@overload
+def all_gather(tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: dist.ProcessGroup,
+               *, async_op: Literal[True]) -> Handle[list[torch.Tensor]]: ...
+def all_gather(tensor, shapes, group, *, async_op=False):  # noqa: E302
+    """Every group rank's tensor, in group-rank order; ``shapes[i]`` is rank i's shape."""
+    shapes = _check_shapes("all_gather", tensor, shapes, group)
+    x = tensor.contiguous()
+    if capabilities(group).uneven_all_gather or len(set(shapes)) == 1:
+        outs = [x.new_empty(s) for s in shapes]
+        work = dist.all_gather(outs, x, group=group, async_op=True)
+        return _result(Handle([work], lambda: outs), async_op)
+    # Pad every piece to the largest and gather one flat buffer, then cut the padding off.
+    width = max(math.prod(s) for s in shapes)
+    send = x.new_zeros(width)
+    send[:x.numel()] = x.reshape(-1)
+    flat = x.new_empty(width * len(shapes))
+    work = dist.all_gather_single(flat, send, group=group, async_op=True)
+
+    def finish() -> list[torch.Tensor]:
+        rows = flat.view(len(shapes), width)
+        return [rows[i, :math.prod(s)].reshape(s) for i, s in enumerate(shapes)]
+
+    return _result(Handle([work], finish), async_op)
+
+
+@overload
+def all_to_all(inputs: Sequence[torch.Tensor], output_shapes: Sequence[Sequence[int]],
+               group: dist.ProcessGroup, *,
+               async_op: Literal[False] = ...) -> list[torch.Tensor]: ...
+@overload
+def all_to_all(inputs: Sequence[torch.Tensor], output_shapes: Sequence[Sequence[int]],
+               group: dist.ProcessGroup, *, async_op: Literal[True]) -> Handle[list[torch.Tensor]]:
+    ...
+def all_to_all(inputs, output_shapes, group, *, async_op=False):  # noqa: E302
+    """``inputs[j]`` goes to group rank j; returns what each group rank sent here, shaped
+    ``output_shapes[j]``."""
+    n = dist.get_world_size(group)
+    if len(inputs) != n or len(output_shapes) != n:
+        raise ValueError(f"all_to_all: got {len(inputs)} inputs and {len(output_shapes)} output "
+                         f"shapes, expected {n} of each (one per rank of the group)")
+    ins = [t.contiguous() for t in inputs]
+    shapes = [tuple(int(d) for d in s) for s in output_shapes]
+    like = ins[0]
+    if capabilities(group).uneven_all_to_all:
+        outs = [like.new_empty(s) for s in shapes]
+        work = dist.all_to_all(outs, ins, group=group, async_op=True)
+        return _result(Handle([work], lambda: outs), async_op)
+    # One flat buffer each way, cut by split sizes: all_to_all_single takes uneven splits.
+    send = torch.cat([t.reshape(-1) for t in ins]) if ins else like.new_empty(0)
+    out_sizes = [math.prod(s) for s in shapes]
+    recv = like.new_empty(sum(out_sizes))
+    work = dist.all_to_all_single(recv, send, out_sizes, [t.numel() for t in ins],
+                                  group=group, async_op=True)
+
+    def finish() -> list[torch.Tensor]:
+        return [p.reshape(s) for p, s in zip(torch.split(recv, out_sizes), shapes)]
+
+    return _result(Handle([work], finish), async_op)
+
+
+@overload
+def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup, op: ReduceOpName = ..., *,
+               async_op: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup, op: ReduceOpName = ..., *,
+               async_op: Literal[True]) -> Handle[torch.Tensor]: ...
+def all_reduce(tensor, group, op="sum", *, async_op=False):  # noqa: E302
+    """The reduction of every group rank's ``tensor`` (out of place)."""
+    c10d_op, divide = _reduce_op(op, tensor, group)
+    out = tensor.clone(memory_format=torch.contiguous_format)
+    work = dist.all_reduce(out, op=c10d_op, group=group, async_op=True)
+    return _result(Handle([work], lambda: out.div_(divide) if divide else out), async_op)
+
+
+@overload
+def reduce_scatter(inputs: Sequence[torch.Tensor], group: dist.ProcessGroup,
+                   op: ReduceOpName = ..., *, async_op: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def reduce_scatter(inputs: Sequence[torch.Tensor], group: dist.ProcessGroup,
+                   op: ReduceOpName = ..., *, async_op: Literal[True]) -> Handle[torch.Tensor]: ...
+def reduce_scatter(inputs, group, op="sum", *, async_op=False):  # noqa: E302
+    """Group rank i gets the reduction over ranks of their ``inputs[i]`` (pieces may differ
+    in shape between i's, not between ranks)."""
+    n, me = dist.get_world_size(group), dist.get_rank(group)
+    if len(inputs) != n:
+        raise ValueError(f"reduce_scatter: got {len(inputs)} pieces, expected {n} (one per "
+                         f"rank of the group)")
+    c10d_op, divide = _reduce_op(op, inputs[0], group)
+    ins = [t.contiguous() for t in inputs]
+    if capabilities(group).reduce_scatter:
+        out = ins[me].new_empty(ins[me].shape)
+        work = dist.reduce_scatter(out, ins, op=c10d_op, group=group, async_op=True)
+        return _result(Handle([work], lambda: out.div_(divide) if divide else out), async_op)
+    # Send piece i to rank i, then reduce the n copies of this rank's piece here: the same
+    # bytes on the wire as a ring reduce_scatter.
+    mine = ins[me].shape
+    gathered = all_to_all(ins, [mine] * n, group, async_op=True)
+
+    def finish() -> torch.Tensor:
+        stacked = torch.stack(gathered.wait())
+        if op in ("sum", "avg"):
+            total = stacked.sum(0, dtype=stacked.dtype)
+            return total / n if op == "avg" else total
+        return stacked.amax(0) if op == "max" else stacked.amin(0)
+
+    return _result(Handle([], finish), async_op)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _result(handle: Handle[T], async_op: bool) -> T | Handle[T]:
+    return handle if async_op else handle.wait()
+
+
+def _reduce_op(op: str, tensor: torch.Tensor, group: dist.ProcessGroup) -> tuple[Any, int]:
+    """The c10d op to issue, and the group size to divide by afterwards (0: none)."""
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"reduce op {op!r}: expected one of {', '.join(_REDUCE_OPS)}")
+    if op != "avg":
+        return _REDUCE_OPS[op], 0
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        raise ValueError(f"reduce op 'avg' on {tensor.dtype} would round: expected a floating "
+                         f"dtype")
+    if capabilities(group).avg:
+        return dist.ReduceOp.AVG, 0
+    return dist.ReduceOp.SUM, dist.get_world_size(group)
+
+
+def _check_shapes(what: str, tensor: torch.Tensor, shapes: Sequence[Sequence[int]],
+                  group: dist.ProcessGroup) -> list[tuple[int, ...]]:
+    n, me = dist.get_world_size(group), dist.get_rank(group)
+    out = [tuple(int(d) for d in s) for s in shapes]
+    if len(out) != n:
+        raise ValueError(f"{what}: got {len(out)} shapes, expected {n} (one per rank of the "
+                         f"group)")
+    if out[me] != tuple(tensor.shape):
+        raise ValueError(f"{what}: this rank (group rank {me}) holds shape "
+                         f"{tuple(tensor.shape)} but shapes[{me}] is {out[me]}")
+    return out
