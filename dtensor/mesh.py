@@ -73,7 +73,7 @@ class MeshSpec:
         """The index of mesh dim ``dim`` (an int, negative allowed, or a name)."""
         if isinstance(dim, str):
             if self.dim_names is None or dim not in self.dim_names:
-                raise MeshError(f"mesh dim {dim!r} is not on mesh {self}: expected one of "
+                raise MeshError(f"mesh dim {dim!r} is not on {self}: expected one of "
                                 f"{list(self.dim_names or ())}")
             return self.dim_names.index(dim)
         if isinstance(dim, bool) or not isinstance(dim, int) or not -self.ndim <= dim < self.ndim:
