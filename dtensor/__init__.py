@@ -5,9 +5,12 @@ from dtensor.local_redistribute import redistribute_locals, shard_full, unshard
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
                                 normalize_placements)
 from dtensor.planner import Step, plan, plan_bytes, step_bytes
+from dtensor.mesh import DeviceMesh, MeshError, MeshSpec, init_device_mesh
+from dtensor.redistribute import redistribute_local_tensor
 
 __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",
     "local_shape", "local_slices", "mesh_coordinates", "normalize_placements", "plan",
     "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
+    "DeviceMesh", "MeshError", "MeshSpec", "init_device_mesh", "redistribute_local_tensor",
 ]

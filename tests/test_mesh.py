@@ -70,7 +70,8 @@ def test_mesh_api_and_groups(shape):
     rank_count = torch.Size(shape).numel()
     meshes = simpg.run(body, rank_count)
     assert all(m == meshes[0] and hash(m) == hash(meshes[0]) for m in meshes)
-    assert repr(meshes[0]).startswith(f"DeviceMesh('cpu', {torch.arange(rank_count).reshape(shape).tolist()}")
+    ranks = torch.arange(rank_count).reshape(shape).tolist()
+    assert repr(meshes[0]).startswith(f"DeviceMesh('cpu', {ranks}")
 
 
 def test_group_for_order_is_mesh_groups_order_on_a_permuted_mesh():

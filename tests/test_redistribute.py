@@ -97,7 +97,8 @@ def check_case(mesh: DeviceMesh, case: Case, *, check_bytes: bool = True) -> Non
     if check_bytes:
         got = sum(r.bytes_received[r.ranks.index(rank)] for r in t.records)
         assert got == case.received[coord], \
-            f"{case} at {coord}: trace saw {got} bytes received, planner says {case.received[coord]}"
+            f"{case} at {coord}: trace saw {got} bytes received, planner says " \
+            f"{case.received[coord]}"
         assert tuple(r.op for r in t.records) == case.ops, \
             f"{case}: trace ops {[r.op for r in t.records]}, plan {case.ops}"
 
