@@ -7,10 +7,15 @@ from dtensor.placements import (Partial, Placement, PlacementError, Replicate, S
 from dtensor.planner import Step, plan, plan_bytes, step_bytes
 from dtensor.mesh import DeviceMesh, MeshError, MeshSpec, init_device_mesh
 from dtensor.redistribute import redistribute_local_tensor
+from dtensor.tensor import DTensor
+from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
+from dtensor.dispatch import NoShardingRuleError, fallback_policy
 
 __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",
     "local_shape", "local_slices", "mesh_coordinates", "normalize_placements", "plan",
     "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
     "DeviceMesh", "MeshError", "MeshSpec", "init_device_mesh", "redistribute_local_tensor",
+    "DTensor", "distribute_tensor", "empty", "full", "ones", "rand", "randn", "zeros",
+    "NoShardingRuleError", "fallback_policy",
 ]

@@ -149,7 +149,8 @@ def _local_partial(cur: Locals, step: Step, mesh: tuple[int, ...],
         target = local_box(shape, mesh, step.dst, c)
         if not box_contains(target, have):
             raise StepError(f"{step}: rank {c} holds {have}, outside its new piece {target}")
-        new = torch.full(box_shape(target), _identity(p.reduce_op, t.dtype), dtype=t.dtype)
+        new = torch.full(box_shape(target), _identity(p.reduce_op, t.dtype), dtype=t.dtype,
+                         device=t.device)
         # Note [Replicate -> Partial]: the held values must reduce back to themselves. Sum
         # keeps them on one holder (coordinate 0 of every R mesh dim); avg scales them by the
         # number of S(d) splits so that the mean over the group is right; max/min keep all.

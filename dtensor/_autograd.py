@@ -1,0 +1,83 @@
+"""The differentiable boundaries of a DTensor: from_local, to_local, redistribute.
+
+Note [gradient placements]
+A DTensor stands for one global tensor; changing its placements changes only how that tensor
+is stored. So the backward of every boundary is the identity on the global gradient, moved
+back to the forward input's placements: the backward of Shard->Replicate turns the gradient
+back into a Shard (a reduce_scatter when it arrives Partial), and so on. A forward input held
+as Partial(sum) addends gets the whole gradient on each rank (Replicate), since each addend
+enters the sum with weight one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from dtensor.placements import Placement
+from dtensor.redistribute import redistribute_local_tensor
+from dtensor.spec import DTensorSpec, replicate_partials
+
+if TYPE_CHECKING:
+    from dtensor.tensor import DTensor
+
+
+def _moved(local: torch.Tensor, spec: DTensorSpec, placements: Sequence[Placement],
+           async_op: bool = False) -> torch.Tensor:
+    if tuple(placements) == spec.placements:
+        return local
+    return redistribute_local_tensor(local, spec.mesh, spec.placements, tuple(placements),
+                                     spec.shape, async_op=async_op)
+
+
+class FromLocal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, local: torch.Tensor, spec: DTensorSpec) -> DTensor:  # type: ignore[override]
+        from dtensor.tensor import DTensor
+
+        ctx.spec = spec
+        return DTensor(local.view_as(local), spec, requires_grad=local.requires_grad)
+
+    @staticmethod
+    def backward(ctx: Any, grad: DTensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        target = replicate_partials(ctx.spec.placements)
+        return _moved(grad._local_tensor, grad._spec, target), None
+
+
+class ToLocal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, dt: DTensor, grad_placements: tuple[Placement, ...] | None
+                ) -> torch.Tensor:  # type: ignore[override]
+        ctx.spec = dt._spec
+        ctx.grad_placements = grad_placements
+        return dt._local_tensor.view_as(dt._local_tensor)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[DTensor, None]:  # type: ignore[override]
+        from dtensor.tensor import DTensor
+
+        spec: DTensorSpec = ctx.spec
+        placements = ctx.grad_placements or spec.placements
+        grad_spec = DTensorSpec(spec.mesh, tuple(placements), spec.shape, spec.stride, grad.dtype)
+        return DTensor(grad, grad_spec, requires_grad=False), None
+
+
+class Redistribute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, dt: DTensor, placements: tuple[Placement, ...],
+                async_op: bool) -> DTensor:  # type: ignore[override]
+        from dtensor.tensor import DTensor
+
+        ctx.src_spec = dt._spec
+        local = _moved(dt._local_tensor, dt._spec, placements, async_op)
+        return DTensor(local, dt._spec.with_placements(placements),
+                       requires_grad=dt.requires_grad)
+
+    @staticmethod
+    def backward(ctx: Any, grad: DTensor) -> tuple[DTensor, None, None]:  # type: ignore[override]
+        from dtensor.tensor import DTensor
+
+        target = replicate_partials(ctx.src_spec.placements)
+        local = _moved(grad._local_tensor, grad._spec, target)
+        return DTensor(local, grad._spec.with_placements(target), requires_grad=False), None, None

@@ -1,0 +1,125 @@
+"""Building DTensors: distribute_tensor and the factory functions.
+
+Note [sharded RNG]
+``rand``/``randn`` must give, piece by piece, exactly the tensor a single device gives for
+the same seed, whatever the mesh and placements. torch's CPU generator (mt19937) cannot skip
+ahead, so every rank draws the whole tensor from its generator and keeps its piece: exact,
+and every rank's generator ends in the state a single device would reach, so later draws
+agree too. The cost is drawing the full tensor on each rank; a counter-based generator
+(CUDA's Philox) could draw only the piece, and is the place to optimise.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from dtensor.mesh import DeviceMesh
+from dtensor.placements import Placement, Replicate, normalize_placements
+from dtensor.redistribute import redistribute_local_tensor
+from dtensor.tensor import DTensor, make_dtensor
+
+
+def _placements(placements: Sequence[Placement] | None, ndim: int, mesh: DeviceMesh,
+                shape: Sequence[int]) -> tuple[Placement, ...]:
+    if placements is None:
+        placements = [Replicate()] * mesh.ndim
+    return normalize_placements(placements, ndim, mesh.ndim, shape=shape)
+
+
+def _from_full(full: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement, ...],
+               requires_grad: bool) -> DTensor:
+    replicated = tuple(Replicate() for _ in placements)
+    local = full
+    if placements != replicated:  # local steps only: slicing and identity fills
+        local = redistribute_local_tensor(full, mesh, replicated, placements, full.shape)
+    return make_dtensor(local.contiguous(), mesh, placements, full.shape,
+                        requires_grad=requires_grad)
+
+
+def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
+                      placements: Sequence[Placement] | None = None, *,
+                      src_data_rank: int | None = 0) -> DTensor:
+    """Shard ``tensor`` over ``device_mesh``: every rank takes its piece of the tensor held by
+    global rank ``src_data_rank`` (broadcast first), or of its own copy when it is None.
+
+    The result is a leaf that requires grad if ``tensor`` did.
+    """
+    if not isinstance(device_mesh, DeviceMesh):
+        raise TypeError(f"device_mesh must be a dtensor DeviceMesh, got {type(device_mesh).__name__}")
+    placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
+    full = tensor.detach()
+    if src_data_rank is not None:
+        ranks = device_mesh.mesh.flatten().tolist()
+        if src_data_rank not in ranks:
+            raise ValueError(f"src_data_rank={src_data_rank} is not a rank of {device_mesh}: "
+                             f"expected one of {ranks}")
+        full = full.clone() if dist.get_rank() != src_data_rank else full.contiguous()
+        group = device_mesh.group_for(tuple(range(device_mesh.ndim)))
+        dist.broadcast(full, src=src_data_rank, group=group)
+    return _from_full(full, device_mesh, placements_t, tensor.requires_grad)
+
+
+def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple, device_mesh: DeviceMesh,
+             placements: Sequence[Placement] | None, requires_grad: bool) -> DTensor:
+    shape = tuple(int(s) for s in (size[0] if len(size) == 1 and not isinstance(size[0], int)
+                                   else size))
+    placements_t = _placements(placements, len(shape), device_mesh, shape)
+    coord = device_mesh.get_coordinate()
+    local_shape = (0,) * len(shape) if coord is None else None
+    from dtensor.layout import local_shape as piece_shape
+
+    if local_shape is None:
+        local_shape = piece_shape(shape, device_mesh.shape, placements_t, coord)
+    local = make(local_shape)
+    return make_dtensor(local, device_mesh, placements_t, shape, requires_grad=requires_grad)
+
+
+def _filled(fill: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
+    def factory(*size: int, device_mesh: DeviceMesh, placements: Sequence[Placement] | None = None,
+                dtype: torch.dtype | None = None, requires_grad: bool = False) -> DTensor:
+        device = torch.device(device_mesh.device_type)
+        return _factory(lambda s: fill(s, dtype=dtype, device=device), size, device_mesh,
+                        placements, requires_grad)
+
+    factory.__name__ = fill.__name__
+    factory.__doc__ = (f"Like ``torch.{fill.__name__}`` for a DTensor; each rank builds only "
+                       "its piece. Partial placements hold the value on every rank.")
+    return factory
+
+
+zeros = _filled(torch.zeros)
+ones = _filled(torch.ones)
+empty = _filled(torch.empty)
+
+
+def full(size: Sequence[int], fill_value: float, *, device_mesh: DeviceMesh,
+         placements: Sequence[Placement] | None = None, dtype: torch.dtype | None = None,
+         requires_grad: bool = False) -> DTensor:
+    """Like ``torch.full`` for a DTensor; each rank builds only its piece."""
+    device = torch.device(device_mesh.device_type)
+    return _factory(lambda s: torch.full(s, fill_value, dtype=dtype, device=device),
+                    tuple(size), device_mesh, placements, requires_grad)
+
+
+def _random(draw: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
+    def factory(*size: int, device_mesh: DeviceMesh, placements: Sequence[Placement] | None = None,
+                dtype: torch.dtype | None = None, requires_grad: bool = False,
+                generator: torch.Generator | None = None) -> DTensor:
+        shape = tuple(int(s) for s in (size[0] if len(size) == 1 and not isinstance(size[0], int)
+                                       else size))
+        full_tensor = draw(shape, dtype=dtype, generator=generator,
+                           device=torch.device(device_mesh.device_type))  # Note [sharded RNG]
+        placements_t = _placements(placements, len(shape), device_mesh, shape)
+        return _from_full(full_tensor, device_mesh, placements_t, requires_grad)
+
+    factory.__name__ = draw.__name__
+    factory.__doc__ = (f"Like ``torch.{draw.__name__}`` for a DTensor: for the same seed, the "
+                       "pieces form exactly the single-device tensor (Note [sharded RNG]).")
+    return factory
+
+
+rand = _random(torch.rand)
+randn = _random(torch.randn)

@@ -1,0 +1,145 @@
+"""DTensor: a torch.Tensor subclass holding one rank's piece of a global tensor."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from dtensor import _autograd
+from dtensor.layout import local_shape
+from dtensor.mesh import DeviceMesh
+from dtensor.placements import Placement, Replicate, Shard, normalize_placements
+from dtensor.spec import DTensorSpec, contiguous_strides
+
+
+class DTensor(torch.Tensor):
+    """A global tensor laid out over a ``DeviceMesh`` by one placement per mesh dim.
+
+    Its shape, stride and dtype are the global tensor's; ``to_local()`` is this rank's piece
+    (``torch.chunk`` semantics along sharded dims, so pieces may be uneven or empty).
+
+    >>> # inside a rank (simpg.run or torchrun):
+    >>> # mesh = init_device_mesh("cpu", (4,)); x = distribute_tensor(torch.ones(6, 2), mesh, [Shard(0)])
+    >>> # x.shape == (6, 2); x.to_local().shape == (2, 2) on ranks 0-2, (0, 2) on rank 3
+    """
+
+    _local_tensor: torch.Tensor
+    _spec: DTensorSpec
+
+    @staticmethod
+    def __new__(cls, local_tensor: torch.Tensor, spec: DTensorSpec, *,
+                requires_grad: bool) -> DTensor:
+        r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+            cls, spec.shape, strides=spec.stride, dtype=spec.dtype, device=local_tensor.device,
+            layout=local_tensor.layout, requires_grad=requires_grad,
+        )
+        r._local_tensor = local_tensor
+        r._spec = spec
+        return r
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return (f"DTensor(local_tensor={self._local_tensor}, device_mesh={self._spec.mesh}, "
+                f"placements={self._spec.placements})")
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        from dtensor.dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    # -- public API (names follow torch.distributed.tensor) -------------------------------
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        return self._spec.placements
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        return self._spec.mesh
+
+    @staticmethod
+    def from_local(local_tensor: torch.Tensor, device_mesh: DeviceMesh | None = None,
+                   placements: Sequence[Placement] | None = None, *, run_check: bool = False,
+                   shape: Sequence[int] | None = None,
+                   stride: Sequence[int] | None = None) -> DTensor:
+        """Wrap each rank's ``local_tensor`` as its piece of a global tensor.
+
+        Without ``shape``, the global shape assumes even shards (local size x mesh size along
+        sharded dims); pass ``shape`` or ``run_check=True`` (which gathers every rank's local
+        shape, derives the exact global shape, and checks that every piece fits it) for
+        uneven shards.
+        """
+        from dtensor.checks import check_local_shapes
+
+        mesh = _require_mesh(device_mesh)
+        placements = normalize_placements(
+            placements if placements is not None else [Replicate()] * mesh.ndim,
+            local_tensor.dim(), mesh.ndim, shape=local_tensor.shape)
+        if run_check:
+            global_shape = check_local_shapes(local_tensor, mesh, placements, shape)
+        elif shape is not None:
+            global_shape = tuple(int(s) for s in shape)
+        else:
+            global_shape = _even_global_shape(local_tensor.shape, mesh, placements)
+        strides = tuple(stride) if stride is not None else contiguous_strides(global_shape)
+        spec = DTensorSpec(mesh, placements, global_shape, strides, local_tensor.dtype)
+        return _autograd.FromLocal.apply(local_tensor, spec)
+
+    def to_local(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
+        """This rank's piece; differentiable (the gradient arrives in ``grad_placements``,
+        by default this DTensor's placements)."""
+        if not torch.is_grad_enabled():
+            return self._local_tensor
+        gp = tuple(grad_placements) if grad_placements is not None else None
+        return _autograd.ToLocal.apply(self, gp)
+
+    def redistribute(self, device_mesh: DeviceMesh | None = None,
+                     placements: Sequence[Placement] | None = None, *,
+                     async_op: bool = False) -> DTensor:
+        """The same global tensor in new placements, moved with the least communication."""
+        mesh = device_mesh if device_mesh is not None else self._spec.mesh
+        if mesh != self._spec.mesh:
+            raise ValueError(f"redistribute to another mesh is not supported: the DTensor lives on "
+                             f"{self._spec.mesh}, got {mesh}")
+        if placements is None:
+            raise ValueError("redistribute needs placements, one per mesh dim")
+        target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
+        return _autograd.Redistribute.apply(self, target, async_op)
+
+    def full_tensor(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
+        """The whole global tensor on every rank (all_gather / all_reduce as needed)."""
+        replicated = self.redistribute(placements=[Replicate()] * self._spec.mesh.ndim)
+        return replicated.to_local(grad_placements=grad_placements)
+
+
+def _require_mesh(mesh: DeviceMesh | None) -> DeviceMesh:
+    if mesh is None:
+        raise ValueError("a device_mesh is required (no default mesh is kept per thread yet)")
+    if not isinstance(mesh, DeviceMesh):
+        raise TypeError(f"device_mesh must be a dtensor DeviceMesh, got {type(mesh).__name__}")
+    return mesh
+
+
+def _even_global_shape(local: Sequence[int], mesh: DeviceMesh,
+                       placements: Sequence[Placement]) -> tuple[int, ...]:
+    shape = list(local)
+    for mesh_dim, p in enumerate(placements):
+        if isinstance(p, Shard):
+            shape[p.dim] *= mesh.size(mesh_dim)
+    return tuple(shape)
+
+
+def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Placement],
+                 global_shape: Sequence[int], *, requires_grad: bool = False) -> DTensor:
+    """A leaf DTensor from this rank's piece (no autograd edge)."""
+    shape = tuple(int(s) for s in global_shape)
+    spec = DTensorSpec(mesh, tuple(placements), shape, contiguous_strides(shape), local.dtype)
+    expected = spec.local_shape()
+    if tuple(local.shape) != expected:
+        raise ValueError(f"local piece has shape {tuple(local.shape)}, expected {expected} for "
+                         f"{spec} at mesh coordinate {mesh.get_coordinate()}")
+    return DTensor(local, spec, requires_grad=requires_grad)
+
+
+__all__ = ["DTensor", "local_shape", "make_dtensor"]
