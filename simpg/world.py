@@ -17,11 +17,13 @@ message not yet sent), when it finishes, or, in seeded mode, at each collective.
 from __future__ import annotations
 
 import enum
+import os
 import random
 import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -30,7 +32,36 @@ import torch
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
 
 _CPU = threading.Lock()  # held by the one simulated rank running in this process
-_POLL_S = 0.05  # how often a sleeping rank checks the watchdog
+_WATCH_S = 0.05  # how often the watchdog looks at the worlds
+
+
+class Waker:
+    """A rank's wake-up signal: an eventfd on Linux, a pipe elsewhere.
+
+    Note [fast hand-over]: ``os.write`` releases the GIL during the system call, so the rank
+    it wakes can take the GIL at once; waking through ``threading.Lock.release`` keeps the
+    GIL held, and the woken thread bounces off it (about twice the cost per hand-over here).
+    A blocked read has no timeout: the watchdog thread does the timing.
+    """
+
+    __slots__ = ("_r", "_w")
+
+    def __init__(self) -> None:
+        if hasattr(os, "eventfd"):
+            self._r = self._w = os.eventfd(0)
+        else:  # pragma: no cover - not Linux
+            self._r, self._w = os.pipe()
+
+    def set(self) -> None:
+        os.write(self._w, b"\x01\0\0\0\0\0\0\0" if self._r == self._w else b"x")
+
+    def wait(self) -> None:
+        os.read(self._r, 8)
+
+    def close(self) -> None:
+        os.close(self._r)
+        if self._w != self._r:
+            os.close(self._w)
 
 
 class Waitable(Protocol):
@@ -51,16 +82,13 @@ class Status(enum.Enum):
 class RankSlot:
     index: int
     status: Status
-    wake: threading.Lock = field(default_factory=threading.Lock)
-    wake_pending: bool = False
+    wake: Waker = field(default_factory=Waker)
+    wake_pending: bool = False  # a wake was sent that the rank has not consumed yet
     has_cpu: bool = False
     waiting_for: Waitable | None = None
     rng_state: torch.Tensor | None = None
     thread: threading.Thread | None = None
     calls: int = 0  # collectives issued so far (fault injection counts these)
-
-    def __post_init__(self) -> None:
-        self.wake.acquire()  # held while asleep; released to wake the rank
 
 
 class World:
@@ -103,6 +131,9 @@ class World:
         self._aborted: tuple[BaseException, int | None] | None = None
         self._gate_arrivals = 0
         self._gate_generation = 0
+        wakers = [r.wake for r in self._ranks]
+        weakref.finalize(self, _close_all, wakers)
+        _watchdog.watch(self)
 
     # -- who am I ---------------------------------------------------------------------------
     def current_rank(self) -> int:
@@ -148,7 +179,7 @@ class World:
             nxt = self._pass_baton(me)
         self._give_cpu(me)
         if nxt is not None:
-            nxt.wake.release()
+            nxt.wake.set()
 
     # -- waiting --------------------------------------------------------------------------------
     def wait_until(self, waitable: Waitable) -> None:
@@ -220,7 +251,7 @@ class World:
         for r in self._ranks:
             if r.status in (Status.READY, Status.BLOCKED) and not r.wake_pending:
                 r.wake_pending = True
-                r.wake.release()
+                r.wake.set()
 
     def _raise_if_failed(self, subtest: bool = True) -> None:
         failure, failed_rank = self.failure, self.failed_rank
@@ -284,12 +315,11 @@ class World:
     def _switch(self, me: RankSlot, nxt: RankSlot | None) -> None:
         self._give_cpu(me)
         if nxt is not None:
-            nxt.wake.release()
+            nxt.wake.set()
         self._sleep(me)
 
     def _sleep(self, me: RankSlot) -> None:
-        while not me.wake.acquire(timeout=_POLL_S):
-            self._watchdog(me)
+        me.wake.wait()
         with self._lock:
             me.wake_pending = False
             failed = self.failure is not None
@@ -335,9 +365,13 @@ class World:
             clear()  # an aborted subtest's messages must not reach the next one
 
     # -- watchdog and reports ----------------------------------------------------------------
-    def _watchdog(self, me: RankSlot) -> None:
+    def watchdog_tick(self) -> None:
+        """Called by the watchdog thread: time out a rank that runs forever while others
+        wait, and hand the baton on from a thread that ended without leaving."""
         with self._lock:
-            if self.failure is not None or me.status is not Status.BLOCKED:
+            if self.failure is not None:
+                return
+            if not any(r.status is Status.BLOCKED for r in self._ranks):
                 return
             idle = time.monotonic() - self._since
             holder = self._ranks[self._holder] if self._holder is not None else None
@@ -345,7 +379,7 @@ class World:
                 holder.status = Status.DONE  # its thread ended without leaving the world
                 nxt = self._pass_baton(holder)
                 if nxt is not None:
-                    nxt.wake.release()
+                    nxt.wake.set()
                 return
             if idle > self.timeout:
                 what = (
@@ -401,3 +435,37 @@ class _Gate:
 
     def describe(self) -> str:
         return "the end of a subtest (run_subtests), waiting for the other ranks"
+
+
+def _close_all(wakers: list[Waker]) -> None:
+    for w in wakers:
+        w.close()
+
+
+class _Watchdog:
+    """One daemon thread for the process that ticks every live world (weakly held)."""
+
+    def __init__(self) -> None:
+        self._worlds: weakref.WeakSet[World] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, world: World) -> None:
+        with self._lock:
+            self._worlds.add(world)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="simpg-watchdog",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(_WATCH_S)
+            with self._lock:
+                worlds = list(self._worlds)
+            for world in worlds:
+                world.watchdog_tick()
+            del worlds
+
+
+_watchdog = _Watchdog()
