@@ -8,7 +8,7 @@ rendezvous. Everything that needs the other ranks' calls happens there.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -50,6 +50,9 @@ def _check_tensors(arg: str, tensors: Sequence[torch.Tensor]) -> torch.dtype:
     if not tensors:
         raise ValueError(f"{arg}: got no tensors, expected at least one")
     first = tensors[0]
+    if len(tensors) == 1 and type(first) is torch.Tensor and first.layout is torch.strided \
+            and not first.is_meta:
+        return first.dtype  # the common case, checked cheaply
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{arg}[{i}]: expected a torch.Tensor, got {type(t).__name__}")
@@ -73,6 +76,11 @@ def _check_tensors(arg: str, tensors: Sequence[torch.Tensor]) -> torch.dtype:
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
+
+
+def _summary(name: str, /, **fields: Any) -> Callable[[], str]:
+    """A call's description for reports, formatted only if a report needs it."""
+    return lambda: f"{name}({', '.join(f'{k}={v}' for k, v in fields.items())})"
 
 
 class SimProcessGroup(dist.ProcessGroup):
@@ -124,9 +132,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     # -- the one way in --------------------------------------------------------------------------
-    def _issue(
-        self, op: str, dtype: torch.dtype | None, signature: tuple, summary: str, payload: dict
-    ) -> Work:
+    def _issue(self, op: str, dtype: torch.dtype | None, signature: tuple,
+               summary: Callable[[], str], payload: dict) -> Work:
         world = self._world
         world.check_failed()
         site = caller_site()
@@ -150,7 +157,7 @@ class SimProcessGroup(dist.ProcessGroup):
         dtype = _check_tensors("tensors", tensors)
         op = self._reduce_op(opts, dtype)
         shapes = tuple(_shape(t) for t in tensors)
-        summary = f"all_reduce(shapes={list(shapes)}, dtype={dtype}, op={op})"
+        summary = _summary("all_reduce", shapes=list(shapes), dtype=dtype, op=op)
         return self._issue("all_reduce", dtype, (op, shapes), summary,
                            {"tensors": tensors, "reduce_op": op, "inputs": tensors})
 
@@ -161,7 +168,7 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.BroadcastOptions()
         (tensor,) = self._single("tensors", tensors)
         root = self._root(opts.rootRank)
-        summary = f"broadcast(shape={_shape(tensor)}, dtype={tensor.dtype}, src={root})"
+        summary = _summary("broadcast", shape=_shape(tensor), dtype=tensor.dtype, src=root)
         return self._issue("broadcast", tensor.dtype, (root, _shape(tensor)), summary,
                            {"tensor": tensor, "root": root, "inputs": tensor})
 
@@ -170,7 +177,7 @@ class SimProcessGroup(dist.ProcessGroup):
         (tensor,) = self._single("tensors", tensors)
         root = self._root(opts.rootRank)
         op = self._reduce_op(opts, tensor.dtype)
-        summary = f"reduce(shape={_shape(tensor)}, dtype={tensor.dtype}, op={op}, dst={root})"
+        summary = _summary("reduce", shape=_shape(tensor), dtype=tensor.dtype, op=op, dst=root)
         return self._issue("reduce", tensor.dtype, (op, root, _shape(tensor)), summary,
                            {"tensor": tensor, "root": root, "reduce_op": op, "inputs": tensor})
 
@@ -179,7 +186,7 @@ class SimProcessGroup(dist.ProcessGroup):
         (inp,) = self._single("input_tensors", inputs)
         (outs,) = output_lists
         self._check_list("output_tensor_list", outs, inp.dtype)
-        summary = f"all_gather(input shape={_shape(inp)}, dtype={inp.dtype})"
+        summary = _summary("all_gather", input_shape=_shape(inp), dtype=inp.dtype)
         return self._issue("all_gather", inp.dtype, (), summary,
                            {"input": inp, "outputs": outs, "inputs": inp})
 
@@ -198,7 +205,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 f"all_gather_into_tensor: output has {output.numel()} elements, expected "
                 f"{n} x {inp.numel()} (group size x input elements) for input {_shape(inp)}"
             )
-        summary = f"all_gather_into_tensor(input shape={_shape(inp)}, dtype={inp.dtype})"
+        summary = _summary("all_gather_into_tensor", input_shape=_shape(inp), dtype=inp.dtype)
         return self._issue("all_gather_into_tensor", inp.dtype, (_shape(inp),), summary,
                            {"input": inp, "output": output, "inputs": inp})
 
@@ -227,7 +234,7 @@ class SimProcessGroup(dist.ProcessGroup):
             )
         op = self._reduce_op(opts, out.dtype)
         shapes = tuple(_shape(t) for t in ins)
-        summary = f"reduce_scatter(input shapes={list(shapes)}, dtype={out.dtype}, op={op})"
+        summary = _summary("reduce_scatter", input_shapes=list(shapes), dtype=out.dtype, op=op)
         return self._issue("reduce_scatter", out.dtype, (op, shapes), summary,
                            {"inputs": ins, "output": out, "reduce_op": op})
 
@@ -242,7 +249,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 f"{output.numel()} (group size x output elements) for output {_shape(output)}"
             )
         op = self._reduce_op(opts, inp.dtype)
-        summary = f"reduce_scatter_tensor(input shape={_shape(inp)}, dtype={inp.dtype}, op={op})"
+        summary = _summary("reduce_scatter_tensor", input_shape=_shape(inp), dtype=inp.dtype, op=op)
         return self._issue("reduce_scatter_tensor", inp.dtype, (op, _shape(inp)), summary,
                            {"input": inp, "output": output, "reduce_op": op, "inputs": inp})
 
@@ -275,8 +282,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     f"all_to_all_single: {name} not given, so dim 0 of shape {_shape(t)} must "
                     f"split evenly over the group's {n} ranks"
                 )
-        summary = (f"all_to_all_single(input shape={_shape(inp)}, dtype={inp.dtype}, "
-                   f"input_splits={input_split_sizes or 'equal'})")
+        summary = _summary("all_to_all_single", input_shape=_shape(inp), dtype=inp.dtype,
+                           input_splits=input_split_sizes or "equal")
         return self._issue("all_to_all_single", inp.dtype, (_shape(inp)[1:],), summary, {
             "input": inp, "output": output, "inputs": inp,
             "input_splits": list(input_split_sizes) if input_split_sizes else None,
@@ -293,7 +300,7 @@ class SimProcessGroup(dist.ProcessGroup):
         dtype = _check_tensors("input_tensor_list", inputs)
         self._check_list("input_tensor_list", inputs, dtype)
         self._check_list("output_tensor_list", outputs, dtype)
-        summary = f"all_to_all(input shapes={[_shape(t) for t in inputs]}, dtype={dtype})"
+        summary = _summary("all_to_all", input_shapes=[_shape(t) for t in inputs], dtype=dtype)
         return self._issue("all_to_all", dtype, (), summary, {"inputs": inputs, "outputs": outputs})
 
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
@@ -304,7 +311,7 @@ class SimProcessGroup(dist.ProcessGroup):
         outs = output_lists[0] if output_lists else []
         if self._group_rank == root:
             self._check_list("gather_list", outs, inp.dtype)
-        summary = f"gather(shape={_shape(inp)}, dtype={inp.dtype}, dst={root})"
+        summary = _summary("gather", shape=_shape(inp), dtype=inp.dtype, dst=root)
         return self._issue("gather", inp.dtype, (root,), summary,
                            {"input": inp, "outputs": outs, "root": root, "inputs": inp})
 
@@ -316,12 +323,12 @@ class SimProcessGroup(dist.ProcessGroup):
         ins = input_lists[0] if input_lists else []
         if self._group_rank == root:
             self._check_list("scatter_list", ins, out.dtype)
-        summary = f"scatter(shape={_shape(out)}, dtype={out.dtype}, src={root})"
+        summary = _summary("scatter", shape=_shape(out), dtype=out.dtype, src=root)
         return self._issue("scatter", out.dtype, (root,), summary,
                            {"inputs": ins, "output": out, "root": root})
 
     def barrier(self, opts: Any = None) -> Work:
-        return self._issue("barrier", None, (), "barrier()", {})
+        return self._issue("barrier", None, (), _summary("barrier"), {})
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         self.barrier().wait()
@@ -330,24 +337,23 @@ class SimProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Work:
         (t,) = self._single("tensors", tensors)
         self._peer("dst", dst)
-        call = self._p2p_call("send", t, f"send(shape={_shape(t)}, dtype={t.dtype}, "
-                                         f"to group rank {dst}, tag={tag})")
+        call = self._p2p_call("send", t, _summary("send", shape=_shape(t), dtype=t.dtype, to_group_rank=dst, tag=tag))
         return self._world.rendezvous.send(call, dst, tag, t)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Work:
         (t,) = self._single("tensors", tensors)
         self._peer("src", src)
-        call = self._p2p_call("recv", t, f"recv(shape={_shape(t)}, dtype={t.dtype}, "
-                                         f"from group rank {src}, tag={tag})")
+        call = self._p2p_call("recv", t, _summary("recv", shape=_shape(t), dtype=t.dtype, from_group_rank=src,
+                                             tag=tag))
         return self._world.rendezvous.recv(call, src, tag, t)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Work:
         (t,) = self._single("tensors", tensors)
-        call = self._p2p_call("recv", t, f"recv(shape={_shape(t)}, dtype={t.dtype}, "
-                                         f"from any rank, tag={tag})")
+        call = self._p2p_call("recv", t, _summary("recv", shape=_shape(t), dtype=t.dtype, from_group_rank="any",
+                                             tag=tag))
         return self._world.rendezvous.recv(call, None, tag, t)
 
-    def _p2p_call(self, op: str, t: torch.Tensor, summary: str) -> Call:
+    def _p2p_call(self, op: str, t: torch.Tensor, summary: Callable[[], str]) -> Call:
         world = self._world
         world.check_failed()
         site = caller_site()

@@ -44,13 +44,13 @@ class Call:
     group_rank: int
     dtype: torch.dtype | None
     signature: tuple  # what must be equal on every rank of the group
-    summary: str  # e.g. "all_reduce(shape=(4,), dtype=torch.float32, op=sum)"
+    summary: Callable[[], str]  # e.g. "all_reduce(shape=(4,), ...)"; built only for reports
     payload: Any  # the tensors and options the compute function reads
     site: str  # file:line of the user code that issued it
     issued_s: float = field(default_factory=time.perf_counter)
 
     def describe(self) -> str:
-        return f"{self.summary} on group {self.group.label} at {self.site}"
+        return f"{self.summary()} on group {self.group.label} at {self.site}"
 
 
 Compute = Callable[[list[Call]], tuple[list[Any], Callable[[], tuple]]]
