@@ -1,12 +1,18 @@
 """What happens when an aten op meets DTensors.
 
-Until the sharding-propagation rules land (the next issue), two paths:
-- local: ops that are exact on each rank's piece as it is (pointwise ops on DTensors that all
-  share one spec with no Partial, detach/clone/alias, and the ``*_like`` factories);
-- fallback: every DTensor argument is gathered to the full tensor (Replicate), the op runs on
-  full tensors, and outputs are Replicate DTensors; an in-place op writes the result back in
-  the argument's placements. Always correct; costly. ``fallback_policy`` chooses whether it
-  warns (once per op, the default), stays silent, or raises.
+1. Describe the call as an ``OpSpec`` (DTensors by their specs; plain tensors count as
+   Replicate, see Note [plain tensors]).
+2. Ask the registry's rule for strategies and pick the cheapest (``dtensor.ops.propagate``,
+   cached), keeping pinned and written-in-place tensors where they are.
+3. Move inputs as the strategy requires, run the op on the local pieces, wrap the outputs.
+
+An op with no rule falls back to gathering its inputs to Replicate (always correct);
+``fallback_policy`` chooses whether that warns once per op (default), stays silent, or raises.
+
+Note [plain tensors]
+A plain tensor mixed with DTensors (an index, a mask, a target, a constant) is taken as
+Replicate: every rank holds the same full value. ``check_replicated`` (opt-in, one all_gather
+per call) verifies that. This replaces the "got mixed torch.Tensor and DTensor" error.
 """
 
 from __future__ import annotations
@@ -14,25 +20,25 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import warnings
+from functools import lru_cache
 from typing import Any, Iterator
 
 import torch
 from torch.utils import _pytree as pytree
 
-from dtensor.placements import Replicate
+import dtensor.ops  # noqa: F401  (registers the rules)
+from dtensor import debug
+from dtensor.ops.propagate import Decision, decide
+from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
+from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
-from dtensor.spec import DTensorSpec, contiguous_strides, replicate_partials
-
-aten = torch.ops.aten
+from dtensor.spec import DTensorSpec, contiguous_strides
 
 _POLICIES = ("warn", "silent", "error")
 _policy: contextvars.ContextVar[str] = contextvars.ContextVar("dtensor_fallback", default="warn")
+_check_plain: contextvars.ContextVar[bool] = contextvars.ContextVar("dtensor_check_plain",
+                                                                    default=False)
 _warned: set[str] = set()
-
-_SAME_SPEC = {aten.detach.default, aten.alias.default, aten.clone.default}
-_LIKE = {aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
-         aten.full_like.default, aten.rand_like.default, aten.randn_like.default}
-_NOT_LOCAL_LIKE = {aten.rand_like.default, aten.randn_like.default}  # need the sharded RNG
 
 
 class NoShardingRuleError(NotImplementedError):
@@ -41,8 +47,8 @@ class NoShardingRuleError(NotImplementedError):
 
 @contextlib.contextmanager
 def fallback_policy(policy: str) -> Iterator[None]:
-    """Within the block (on this thread/rank), ops without a sharding rule ``policy``:
-    "warn" (default: gather to Replicate, warn once per op), "silent", or "error"."""
+    """Within the block (on this rank), ops without a sharding rule ``policy``: "warn"
+    (default: gather inputs to Replicate, warn once per op), "silent", or "error"."""
     if policy not in _POLICIES:
         raise ValueError(f"fallback policy {policy!r}: expected one of {_POLICIES}")
     token = _policy.set(policy)
@@ -50,6 +56,17 @@ def fallback_policy(policy: str) -> Iterator[None]:
         yield
     finally:
         _policy.reset(token)
+
+
+@contextlib.contextmanager
+def check_replicated() -> Iterator[None]:
+    """Within the block, verify that plain tensors mixed with DTensors are equal on every rank
+    (Note [plain tensors]); a mismatch raises naming the op and the argument."""
+    token = _check_plain.set(True)
+    try:
+        yield
+    finally:
+        _check_plain.reset(token)
 
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -62,42 +79,132 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         if d._spec.mesh != mesh:
             raise ValueError(f"{func}: DTensors on different meshes in one op: {mesh} and "
                              f"{d._spec.mesh}; redistribute them onto one mesh first")
-    local = _local_path(func, flat, dts)
-    if local is not None:
-        return _run_local(func, flat, tree, local)
-    return _fallback(func, flat, tree, dts)
+    if func not in REGISTRY:
+        return _fallback(func, flat, tree, dts)
+    try:
+        op = OpSpec(func, _describe(args, mesh.ndim), tuple(
+            (k, _describe(v, mesh.ndim)) for k, v in kwargs.items()), tuple(mesh.shape))
+        hash(op)
+    except TypeError:  # an argument we cannot key a cache on
+        return _fallback(func, flat, tree, dts)
+    tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+    fixed = frozenset(i for i, t in enumerate(tensors)
+                      if isinstance(t, DTensor) and t._pinned) | _written(func, op)
+    decision = decide(op, fixed)
+    if _check_plain.get():
+        _verify_plain(func, tensors, mesh)
+    debug.record(decision, tensors)
+    return _run(func, flat, tree, tensors, decision, mesh)
 
 
-def _local_path(func: Any, flat: list, dts: list) -> DTensorSpec | None:
+def _describe(x: Any, mesh_ndim: int) -> Any:
     from dtensor.tensor import DTensor
 
-    spec = dts[0]._spec
-    if func in _LIKE and func not in _NOT_LOCAL_LIKE:
-        return spec.with_placements(replicate_partials(spec.placements))
-    if func in _SAME_SPEC:
-        return spec
-    if torch.Tag.pointwise not in func.tags or spec.has_partial:
-        return None
-    if any(isinstance(a, torch.Tensor) and not isinstance(a, DTensor) and a.dim() > 0
-           for a in flat):
-        return None  # a plain tensor argument needs a rule to be sliced
-    if all(d._spec == spec for d in dts):
-        return spec
-    return None
+    if isinstance(x, DTensor):
+        s = x._spec
+        return TensorSpec(s.shape, s.stride, s.dtype, s.placements)
+    if isinstance(x, torch.Tensor):
+        return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype, (Replicate(),) * mesh_ndim)
+    if isinstance(x, (list, tuple)):
+        return tuple(_describe(v, mesh_ndim) for v in x)
+    return x
 
 
-def _run_local(func: Any, flat: list, tree: Any, spec: DTensorSpec) -> Any:
+@lru_cache(maxsize=4096)
+def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
+    return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                 if a.alias_info is not None and a.alias_info.is_write)
+
+
+def _written(func: Any, op: OpSpec) -> frozenset[int]:
+    """Indices (in tensor order) of the arguments an in-place/out= op writes."""
+    positions = _written_positions(func)
+    if not positions:
+        return frozenset()
+    out, k = set(), 0
+    for i, a in enumerate(list(op.args) + [v for _, v in op.kwargs]):
+        items = a if isinstance(a, tuple) else (a,)
+        for item in items:
+            if isinstance(item, TensorSpec):
+                name = op.kwargs[i - len(op.args)][0] if i >= len(op.args) else None
+                if any(i == p or name == n for p, n in positions):
+                    out.add(k)
+                k += 1
+    return frozenset(out)
+
+
+def _run(func: Any, flat: list, tree: Any, tensors: list, decision: Decision, mesh: Any) -> Any:
     from dtensor.tensor import DTensor
 
-    unwrapped = [a._local_tensor if isinstance(a, DTensor) else a for a in flat]
-    args, kwargs = pytree.tree_unflatten(unwrapped, tree)
-    out = func(*args, **kwargs)
-    if func._schema.is_mutable:
-        return flat[0]
-    return _wrap(out, lambda t: DTensor(t, DTensorSpec(
-        spec.mesh, spec.placements, spec.shape, spec.stride, t.dtype), requires_grad=False))
+    required = iter(decision.chosen.inputs)  # one entry per tensor, in flattening order
+    local_flat = [_localize(a, next(required), mesh) if isinstance(a, torch.Tensor) else a
+                  for a in flat]
+    largs, lkwargs = pytree.tree_unflatten(local_flat, tree)
+    out = func(*largs, **lkwargs)
+    if _written_positions(func):
+        written = [t for t in tensors if isinstance(t, DTensor)]
+        return written[0] if len(written) == 1 or not isinstance(out, tuple) else out
+    metas = _output_meta(decision.op)
+    placements = iter(decision.chosen.outputs)
+    metas_it = iter(metas)
+
+    def wrap(t: torch.Tensor) -> Any:
+        meta = next(metas_it)
+        p = next(placements)
+        spec = DTensorSpec(mesh, p, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
+        return DTensor(t, spec, requires_grad=False)
+
+    return pytree.tree_map_only(torch.Tensor, wrap, out)
 
 
+def _localize(a: torch.Tensor, placements: tuple[Placement, ...], mesh: Any) -> torch.Tensor:
+    from dtensor.tensor import DTensor
+
+    if isinstance(a, DTensor):
+        s = a._spec
+        if s.placements == placements:
+            return a._local_tensor
+        return redistribute_local_tensor(a._local_tensor, mesh, s.placements, placements, s.shape)
+    replicated = (Replicate(),) * len(placements)
+    if placements == replicated:
+        return a
+    return redistribute_local_tensor(a, mesh, replicated, placements, tuple(a.shape))
+
+
+@lru_cache(maxsize=65536)
+def _output_meta(op: OpSpec) -> list[torch.Tensor]:
+    """Global output shapes, strides and dtypes, from running the op on meta tensors."""
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, TensorSpec):
+            return torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta")
+        if isinstance(x, tuple):
+            return [meta(v) for v in x]
+        return x
+
+    out = op.op(*[meta(a) for a in op.args], **{k: meta(v) for k, v in op.kwargs})
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _verify_plain(func: Any, tensors: list, mesh: Any) -> None:
+    import torch.distributed as dist
+
+    from dtensor.tensor import DTensor
+
+    group = mesh.group_for(tuple(range(mesh.ndim)))
+    for i, t in enumerate(tensors):
+        if isinstance(t, DTensor):
+            continue
+        mine = t.detach().cpu().contiguous().view(-1).view(torch.uint8) if t.numel() else t
+        seen: list = [None] * mesh.size()
+        dist.all_gather_object(seen, bytes(mine.numpy()) if t.numel() else b"", group=group)
+        if any(s != seen[0] for s in seen):
+            raise ValueError(f"{func}: plain tensor argument {i} (shape {tuple(t.shape)}) differs "
+                             "across ranks, but a plain tensor mixed with DTensors must be the "
+                             "same on every rank (it is taken as Replicate)")
+
+
+# -- fallback ------------------------------------------------------------------------------------
 def _fallback(func: Any, flat: list, tree: Any, dts: list) -> Any:
     from dtensor.tensor import DTensor
 
@@ -124,7 +231,7 @@ def _fallback(func: Any, flat: list, tree: Any, dts: list) -> Any:
         spec = DTensorSpec(mesh, replicated, shape, contiguous_strides(shape), t.dtype)
         return DTensor(t, spec, requires_grad=False)
 
-    return _wrap(out, wrap)
+    return pytree.tree_map_only(torch.Tensor, wrap, out)
 
 
 def _full(d: Any) -> torch.Tensor:
@@ -158,7 +265,3 @@ def _write_back(func: Any, flat: list, full: list, tree: Any) -> None:
                                               spec.shape)
         if value is not d._local_tensor:
             d._local_tensor.copy_(value)
-
-
-def _wrap(out: Any, wrap: Any) -> Any:
-    return pytree.tree_map_only(torch.Tensor, wrap, out)

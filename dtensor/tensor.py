@@ -26,6 +26,7 @@ class DTensor(torch.Tensor):
 
     _local_tensor: torch.Tensor
     _spec: DTensorSpec
+    _pinned: bool = False  # see pin()
 
     @staticmethod
     def __new__(cls, local_tensor: torch.Tensor, spec: DTensorSpec, *,
@@ -48,6 +49,12 @@ class DTensor(torch.Tensor):
         from dtensor.dispatch import dispatch
 
         return dispatch(func, args, kwargs or {})
+
+    def pin(self, pinned: bool = True) -> DTensor:
+        """Pin this DTensor's placements: ops must pick a strategy that keeps them, or raise
+        listing the feasible alternatives, instead of moving it implicitly. Returns self."""
+        self._pinned = pinned
+        return self
 
     # -- public API (names follow torch.distributed.tensor) -------------------------------
     @property

@@ -1,0 +1,111 @@
+"""Pointwise ops, found through ``torch.Tag.pointwise``: broadcasting, scalars, Partial.
+
+Per mesh dim, a pointwise op can run on matching pieces: all inputs Replicate, or the output
+sharded on dim d with each input sharded on the dim aligned with d (Replicate where the input
+broadcasts along d). Partial inputs are allowed only where the op is linear:
+
+Note [Partial in pointwise ops]
+- add/sub of two P(sum) (or two P(avg)) is P: (a1+a2) + (b1+b2) = (a1+b1) + (a2+b2).
+  P(sum) + R is not P(sum): R would be added once per rank. A Python scalar likewise.
+- neg, and mul/div by a Replicate or scalar factor, keep P(sum)/P(avg): c*(a1+a2) = c*a1 + c*a2.
+- mul of two Partials is not linear: (a1+a2)(b1+b2) has cross terms.
+- P(max)/P(min) survive only order-preserving maps; none are claimed here yet.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec
+from dtensor.placements import Partial, Placement, Replicate, Shard
+
+aten = torch.ops.aten
+
+# linear in every tensor argument jointly (sum of Partials stays Partial)
+_JOINTLY_LINEAR = {"add", "sub", "neg", "positive"}
+# linear in one argument when the others are Replicate or scalars: {name: argument positions}
+_LINEAR_IN = {"mul": (0, 1), "div": (0,), "true_divide": (0,), "neg": (0,)}
+# a Python scalar operand added to a Partial would be counted once per rank
+_ADDS_SCALAR = {"add", "sub", "rsub"}
+
+
+def _out_shape(op: OpSpec) -> tuple[int, ...]:
+    shapes = [t.shape for t in op.tensors()]
+    return tuple(torch.broadcast_shapes(*shapes)) if shapes else ()
+
+
+def _aligned_dim(t: TensorSpec, out_ndim: int, out_dim: int, out_size: int) -> int | None:
+    """The input dim that lines up with output dim ``out_dim``, unless it broadcasts."""
+    d = out_dim - (out_ndim - t.ndim)
+    if d < 0 or t.shape[d] != out_size:
+        return None
+    return d
+
+
+def pointwise_rule(op: OpSpec) -> list[Strategy]:
+    tensors = op.tensors()
+    out_shape = _out_shape(op)
+    n_out = _num_outputs(op)
+    strategies = [Strategy(tuple(Replicate() for _ in tensors), (Replicate(),) * n_out)]
+    for d, size in enumerate(out_shape):
+        ins: list[Placement] = []
+        for t in tensors:
+            a = _aligned_dim(t, len(out_shape), d, size)
+            ins.append(Shard(a) if a is not None else Replicate())
+        strategies.append(Strategy(tuple(ins), (Shard(d),) * n_out))
+    strategies.extend(_partial_strategies(op, tensors, n_out))
+    return strategies
+
+
+def _partial_strategies(op: OpSpec, tensors: list[TensorSpec], n_out: int) -> list[Strategy]:
+    name = op.op._schema.name.split("::")[-1].rstrip("_")
+    has_scalar = any(isinstance(a, (int, float, complex)) and not isinstance(a, bool)
+                     for a in op.args[1:])
+    out: list[Strategy] = []
+    for kind in ("sum", "avg"):
+        p = Partial(kind)
+        if name in _JOINTLY_LINEAR and not (name in _ADDS_SCALAR and has_scalar):
+            if all(t.ndim > 0 or len(tensors) == 1 for t in tensors):
+                out.append(Strategy(tuple(p for _ in tensors), (p,) * n_out))
+        for pos in _LINEAR_IN.get(name, ()):
+            if pos < len(tensors):
+                ins = tuple(p if i == pos else Replicate() for i in range(len(tensors)))
+                out.append(Strategy(ins, (p,) * n_out))
+    return out
+
+
+def _num_outputs(op: OpSpec) -> int:
+    return sum(1 for r in op.op._schema.returns if "Tensor" in str(r.type))
+
+
+def _is_pointwise(op: object) -> bool:
+    return torch.Tag.pointwise in getattr(op, "tags", ())
+
+
+def register_pointwise_ops() -> int:
+    """Register the rule for every aten overload tagged pointwise (explicit exceptions
+    below); returns how many were registered."""
+    count = 0
+    for name in dir(aten):
+        packet = getattr(aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload_name in packet.overloads():
+            op = getattr(packet, overload_name)
+            if not _is_pointwise(op) or op in REGISTRY or _excluded(op):
+                continue
+            REGISTRY.register([op], pointwise_rule)
+            count += 1
+    return count
+
+
+def _excluded(op: object) -> bool:
+    schema = op._schema  # type: ignore[attr-defined]
+    # random ops draw per element: sharding them needs the sharded RNG (own rule)
+    if any(s in schema.name for s in ("rand", "bernoulli", "dropout", "normal", "uniform")):
+        return True
+    # ops whose outputs are not all tensors shaped like the broadcast result
+    return not all("Tensor" in str(r.type) for r in schema.returns) or not schema.returns
+
+
+REGISTERED = register_pointwise_ops()

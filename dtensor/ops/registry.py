@@ -1,0 +1,122 @@
+"""The one registry of sharding rules, keyed on aten overloads.
+
+A rule is a pure function of an ``OpSpec`` (global shapes, strides, dtypes and current
+placements of the tensor arguments, the other arguments, the mesh shape) that returns every
+valid strategy for ONE mesh dimension: the placement each tensor argument needs and the
+placement each output then has. ``dtensor.ops.propagate`` takes the product over mesh dims,
+prices each combination with the redistribute planner and picks the cheapest.
+
+>>> from dtensor.placements import Replicate, Shard
+>>> Strategy((Shard(0), Replicate()), (Shard(0),))   # mm: rows of A, all of B -> rows of C
+Strategy(S(0),R->S(0))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from dtensor.placements import Placement, fmt_placements
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """What a rule sees of one tensor argument."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    placements: tuple[Placement, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """An op call as a rule sees it. ``args``/``kwargs`` hold TensorSpecs where tensors were
+    (a tuple of them for a tensor list) and the other values as given (made hashable)."""
+
+    op: Any  # torch._ops.OpOverload
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...]
+    mesh_shape: tuple[int, ...]
+    mesh_dim: int = 0  # the mesh dim a rule is asked about (its size: mesh_shape[mesh_dim])
+
+    @property
+    def mesh_dim_size(self) -> int:
+        return self.mesh_shape[self.mesh_dim]
+
+    def tensors(self) -> list[TensorSpec]:
+        """Tensor arguments in flattening order: the order strategies list their inputs."""
+        out: list[TensorSpec] = []
+        for a in list(self.args) + [v for _, v in self.kwargs]:
+            if isinstance(a, TensorSpec):
+                out.append(a)
+            elif isinstance(a, tuple):
+                out.extend(x for x in a if isinstance(x, TensorSpec))
+        return out
+
+    def kwarg(self, name: str, default: Any = None) -> Any:
+        for k, v in self.kwargs:
+            if k == name:
+                return v
+        return default
+
+    def arg(self, index: int, name: str, default: Any = None) -> Any:
+        """Argument by position, else by keyword, else ``default``."""
+        if index < len(self.args):
+            return self.args[index]
+        return self.kwarg(name, default)
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """For one mesh dimension: the placement each tensor input needs, and the outputs'."""
+
+    inputs: tuple[Placement, ...]
+    outputs: tuple[Placement, ...]
+
+    def __repr__(self) -> str:
+        return (f"Strategy({fmt_placements(self.inputs)[1:-1]}->"
+                f"{fmt_placements(self.outputs)[1:-1]})")
+
+
+Rule = Callable[[OpSpec], Sequence[Strategy]]
+
+
+@dataclass
+class Registry:
+    """Rules by aten overload. The dispatcher is handed one registry; rule modules import the
+    registry, never the tensor class."""
+
+    rules: dict[Any, Rule] = field(default_factory=dict)
+
+    def register(self, overloads: Iterable[Any], rule: Rule) -> None:
+        for op in overloads:
+            if op in self.rules and self.rules[op] is not rule:
+                raise ValueError(f"{op} already has a sharding rule: "
+                                 f"{self.rules[op].__module__}.{self.rules[op].__name__}")
+            self.rules[op] = rule
+
+    def get(self, op: Any) -> Rule | None:
+        return self.rules.get(op)
+
+    def __contains__(self, op: Any) -> bool:
+        return op in self.rules
+
+
+REGISTRY = Registry()
+
+
+def sharding_rule(*overloads: Any) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the rule of each aten overload given."""
+
+    def deco(rule: Rule) -> Rule:
+        REGISTRY.register(overloads, rule)
+        return rule
+
+    return deco
