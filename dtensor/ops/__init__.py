@@ -1,6 +1,12 @@
-"""Sharding rules, one module per op family; importing this package registers them all."""
+"""Sharding rules, one module per op family; importing this package registers them all.
 
-from dtensor.ops import basic, pointwise  # noqa: F401  (registration side effects)
+Family modules are imported before ``pointwise``, which registers every remaining aten
+overload tagged ``torch.Tag.pointwise``: a family's own rule wins over the generic one.
+"""
+
+from dtensor.ops import (basic, indexing, losses, matmul, misc, norms,  # noqa: F401
+                         reductions, views)
+from dtensor.ops import pointwise  # noqa: F401  (last: see above)
 from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec, sharding_rule
 
 __all__ = ["REGISTRY", "OpSpec", "Strategy", "TensorSpec", "sharding_rule"]

@@ -1,0 +1,1 @@
+"""Sharding rules: losses (being written)."""

@@ -1,0 +1,1 @@
+"""Sharding rules: matmul (being written)."""

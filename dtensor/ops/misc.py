@@ -1,0 +1,1 @@
+"""Sharding rules: misc (being written)."""

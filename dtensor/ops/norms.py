@@ -1,0 +1,1 @@
+"""Sharding rules: norms (being written)."""

@@ -1,0 +1,1 @@
+"""Sharding rules: views (being written)."""
