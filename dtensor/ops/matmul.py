@@ -1,1 +1,176 @@
-"""Sharding rules: matmul (being written)."""
+"""The matmul family: one einsum string per op, one strategy function for all of them.
+
+For one mesh dim, an einsum ``"mk,kn->mn"`` can run on matching pieces in these ways:
+
+- all Replicate -> Replicate;
+- a letter kept in the output (batch or free: m, n, b) sharded on every operand having it,
+  the others Replicate -> Shard on that letter's output dim: every operand's chunk of the
+  letter is the same ``torch.chunk`` piece (same size), so each rank computes exactly its
+  chunk of the output, uneven or empty chunks included;
+- a contracted letter (k) sharded on every operand having it -> P(sum): the sum over k splits
+  into one partial sum per rank;
+- P(sum) or P(avg) on one operand, the others Replicate -> the same Partial: the product is
+  linear in each operand, A (B1 + B2) = A B1 + A B2. P(max)/P(min) are not: a negative factor
+  flips the order. Two Partial operands are not either: (A1 + A2)(B1 + B2) has cross terms.
+
+Note [bias of the add* ops]
+``addmm(bias, a, b) = beta * bias + alpha * (a @ b)`` with ``bias`` broadcast to the output.
+The bias follows the product's placement: sharded on the dims aligned with the output's
+sharded dim (Replicate where it broadcasts), Replicate when the product is Replicate, and the
+product's own Partial when the product is Partial: P(sum) + R is not P(sum), R would be added
+once per rank; P(sum) + P(sum) is, sum(b_i) + sum(p_i) = sum(b_i + p_i). A Partial bias with a
+Replicate product is unsound for the same reason (the product is added once per rank).
+
+Note [nested shards]
+A tensor dim sharded on mesh dims m0 < m1 is chunked by m0, then each chunk by m1. A rule asked
+about mesh dim m does not know whether earlier mesh dims split the same dim, so where it needs
+even chunks it asks for divisibility by the product of the mesh sizes up to m: then every
+nested chunk is even too.
+
+Attention (``_scaled_dot_product_flash_attention_for_cpu``, what F.scaled_dot_product_attention
+runs on CPU) is per (batch, head): sharding either is sharding an einsum batch letter.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.placements import Partial, Placement, Replicate, Shard
+
+aten = torch.ops.aten
+
+_LINEAR = ("sum", "avg")  # reductions a product is linear in
+
+
+def _parse(equation: str) -> tuple[list[str], str]:
+    lhs, out = equation.split("->")
+    return lhs.split(","), out
+
+
+def einsum_strategies(equation: str, operands: Sequence[TensorSpec]) -> list[Strategy]:
+    """Every strategy of one mesh dim for the einsum ``equation`` over ``operands``.
+
+    >>> a = TensorSpec((4, 3), (3, 1), torch.float32, (Replicate(),))
+    >>> [str(s) for s in einsum_strategies("mk,kn->mn", [a, a])][:2]
+    ['Strategy(R,R->R)', 'Strategy(S(0),R->S(0))']
+    """
+    ins, out = _parse(equation)
+    if len(ins) != len(operands):
+        raise ValueError(f"einsum {equation!r} has {len(ins)} operands, got {len(operands)}")
+    n = len(operands)
+    found = [Strategy((Replicate(),) * n, (Replicate(),))]
+    letters = list(dict.fromkeys("".join(ins)))
+    for letter in letters:
+        shards = tuple(Shard(s.index(letter)) if letter in s else Replicate() for s in ins)
+        # a kept letter splits the output; a contracted one splits the sum: P(sum)
+        result: Placement = Shard(out.index(letter)) if letter in out else Partial("sum")
+        found.append(Strategy(shards, (result,)))
+    for kind in _LINEAR:
+        for i in range(n):
+            # A (B1 + B2) = A B1 + A B2: linear in each operand while the others are fixed
+            found.append(Strategy(tuple(Partial(kind) if j == i else Replicate()
+                                        for j in range(n)), (Partial(kind),)))
+    return found
+
+
+def _with_bias(bias: TensorSpec, out_shape: Sequence[int],
+               strategies: list[Strategy]) -> list[Strategy]:
+    """Note [bias of the add* ops]: the bias takes the product's placement, aligned."""
+    found = []
+    for s in strategies:
+        p = s.outputs[0]
+        b: Placement = p
+        if isinstance(p, Shard):
+            d = p.dim - (len(out_shape) - bias.ndim)  # bias dims align to the right
+            # a broadcast (size-1 or missing) bias dim is the same on every rank's chunk
+            b = Shard(d) if d >= 0 and bias.shape[d] == out_shape[p.dim] else Replicate()
+        found.append(Strategy((b,) + s.inputs, s.outputs))
+    return found
+
+
+# op -> (einsum of the product, whether the first tensor argument is a broadcast bias)
+EINSUMS = {
+    aten.mm.default: ("mk,kn->mn", False),
+    aten.bmm.default: ("bmk,bkn->bmn", False),
+    aten.mv.default: ("mk,k->m", False),
+    aten.dot.default: ("k,k->", False),
+    aten.addmm.default: ("mk,kn->mn", True),
+    aten.baddbmm.default: ("bmk,bkn->bmn", True),
+    aten.addbmm.default: ("bmk,bkn->mn", True),  # sums over the batch too: b is contracted
+    aten.addmv.default: ("mk,k->m", True),
+    aten.addr.default: ("m,n->mn", True),
+}
+
+
+@sharding_rule(*EINSUMS)
+def einsum_rule(op: OpSpec) -> list[Strategy]:
+    equation, has_bias = EINSUMS[op.op]
+    tensors = op.tensors()
+    if not has_bias:
+        return einsum_strategies(equation, tensors)
+    bias, operands = tensors[0], tensors[1:]
+    ins, out = _parse(equation)
+    sizes = {c: t.shape[i] for s, t in zip(ins, operands) for i, c in enumerate(s)}
+    return _with_bias(bias, [sizes[c] for c in out], einsum_strategies(equation, operands))
+
+
+# -- attention ---------------------------------------------------------------------------------
+# query (B, H, L, E), key (B, H, S, E), value (B, H, S, Ev) -> output (B, H, L, Ev),
+# logsumexp (B, H, L). The optional mask broadcasts to (B, H, L, S).
+_ATTN_OUT = "bhlv,bhl"
+_ATTN_BWD_OUT = "bhle,bhse,bhsv"
+
+
+def _mask_placement(mask: TensorSpec, dim: int, size: int) -> Placement:
+    """The mask's placement when dim ``dim`` of (B, H, L, S), of size ``size``, is split."""
+    d = dim - (4 - mask.ndim)  # the mask broadcasts: its dims align to the right
+    return Shard(d) if d >= 0 and mask.shape[d] == size else Replicate()
+
+
+def _attention(op: OpSpec, operand_letters: str, out_letters: str, q_index: int,
+               causal: bool, dropout_p: float) -> list[Strategy]:
+    tensors = op.tensors()
+    mask = op.kwarg("attn_mask")
+    letters = operand_letters.split(",")
+    outs = out_letters.split(",")
+    n_in = len(tensors)
+    if dropout_p != 0.0:
+        return []  # dropout draws per element: the same call on two ranks draws differently
+    q, k = tensors[q_index], tensors[q_index + 1]
+    found = [Strategy((Replicate(),) * n_in, (Replicate(),) * len(outs))]
+    # batch and heads are independent problems; the query length too, unless causal: the causal
+    # mask is laid out from each rank's local position 0, not the chunk's global offset
+    splits = [("b", 0), ("h", 1)] + ([] if causal else [("l", 2)])
+    if q.shape[1] != k.shape[1]:
+        splits = [x for x in splits if x[0] != "h"]  # grouped heads: chunks would not match
+    # the CPU kernel dies of SIGFPE on zero heads or zero queries (torch 2.13), so those are
+    # split only into equal, non-empty chunks; nested under earlier mesh dims that may split
+    # the same dim, so by the product of the mesh sizes up to this one (Note [nested shards])
+    parts = math.prod(op.mesh_shape[:op.mesh_dim + 1])
+    splits = [(c, d) for c, d in splits if c == "b" or (q.shape[d] and q.shape[d] % parts == 0)]
+    for letter, dim in splits:
+        ins: list[Placement] = [Shard(s.index(letter)) if letter in s else Replicate()
+                                for s in letters]
+        if mask is not None:
+            ins.append(_mask_placement(mask, dim, q.shape[dim]))
+        # a key/value gradient sums over every query: split queries give one addend per rank
+        res = tuple(Shard(o.index(letter)) if letter in o else Partial("sum") for o in outs)
+        found.append(Strategy(tuple(ins), res))
+    return found
+
+
+@sharding_rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def sdpa_flash_cpu(op: OpSpec) -> list[Strategy]:
+    return _attention(op, "bhle,bhse,bhsv", _ATTN_OUT, 0, bool(op.arg(4, "is_causal", False)),
+                      float(op.arg(3, "dropout_p", 0.0)))
+
+
+@sharding_rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def sdpa_flash_cpu_backward(op: OpSpec) -> list[Strategy]:
+    # grad_out, query, key, value, out, logsumexp
+    return _attention(op, "bhlv,bhle,bhse,bhsv,bhlv,bhl", _ATTN_BWD_OUT, 1,
+                      bool(op.arg(7, "is_causal", False)), float(op.arg(6, "dropout_p", 0.0)))
