@@ -1,1 +1,304 @@
-"""Sharding rules: views (being written)."""
+"""View and shape ops: each output element is one input element moved (or a zero filled in).
+
+Every op here keeps a Partial: moving the addends of each element moves the sum, for all four
+reductions (a filled-in zero is zero on every rank, and sum/avg/max/min of zeros is zero).
+
+A Shard survives when the sharded dim comes through whole: same size, same ``torch.chunk``
+pieces. A dim that is sliced, flipped, rolled, repeated, split into outputs or concatenated
+along would move elements between ranks, so these ops need that dim Replicate.
+
+Note [view shards]
+``view`` groups dims into runs whose sizes multiply to the same number, (2, 6, 4) -> (12, 4):
+run (2, 6) -> (12,) and (4,) -> (4,). A Shard can only sit on a run's outermost non-1 dim,
+size ``a`` on the input and ``a'`` on the output; the inner dims ride along. The input's
+chunks are the output's chunks when both split evenly: ``a`` and ``a'`` divisible by the parts
+(Note [nested shards] in matmul: the product of the mesh sizes up to this mesh dim), or that
+side's run has nothing inside its outermost dim (then the flat chunk is that dim's chunk).
+(6, 4) -> (24,) over 4 ranks: rows chunk 2, 2, 2, 0 but the flat 24 chunks 6, 6, 6, 6 = rows
+1.5 each: unsound, and the rule says so because 6 % 4 != 0.
+
+Note [global size arguments]
+The dispatcher and the soundness harness run the op on each rank's piece with the arguments as
+called, so ``view(x, [12, 4])`` asks every rank for the GLOBAL shape. That only works where the
+size at the output's sharded dim is ``-1`` (``view(x, [-1, 4])``, ``expand(x, [-1, 5])``): then
+the rank's own extent fills it in. Until the dispatcher can hand ops their local sizes, the
+size-taking ops (view, _unsafe_view, expand, slice_backward, select_backward) claim a Shard only
+there, and are otherwise Replicate/Partial: correct, but a sharded input is gathered first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.placements import Partial, Placement, Replicate, Shard
+
+aten = torch.ops.aten
+
+_PARTIALS = tuple(Partial(k) for k in ("sum", "avg", "max", "min"))
+
+
+def _dim(d: int, ndim: int) -> int:
+    """A dim argument made non-negative (a 0-d tensor accepts 0 and -1)."""
+    return d % max(ndim, 1)
+
+
+def _moves(n_in: int, n_out: int, shards: Sequence[tuple[int, int | Sequence[int]]]
+           ) -> list[Strategy]:
+    """R -> R, each Partial -> itself, and Shard(i) -> Shard(o) for each (i, o) given; ``o``
+    may list one output dim per output of a multi-output op. ``n_in`` inputs share a placement."""
+    def out(p: Placement) -> tuple[Placement, ...]:
+        return (p,) * n_out
+
+    found = [Strategy((Replicate(),) * n_in, out(Replicate()))]
+    for i, o in shards:
+        outs = tuple(Shard(x) for x in o) if isinstance(o, (list, tuple)) else out(Shard(o))
+        found.append(Strategy((Shard(i),) * n_in, outs))
+    found += [Strategy((p,) * n_in, out(p)) for p in _PARTIALS]
+    return found
+
+
+def _nested_parts(op: OpSpec) -> int:
+    return math.prod(op.mesh_shape[:op.mesh_dim + 1])
+
+
+# -- pure permutations of dims -----------------------------------------------------------------
+@sharding_rule(aten.transpose.int)
+def transpose(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    a, b = _dim(op.arg(1, "dim0"), t.ndim), _dim(op.arg(2, "dim1"), t.ndim)
+    swap = {a: b, b: a}
+    return _moves(1, 1, [(d, swap.get(d, d)) for d in range(t.ndim)])
+
+
+@sharding_rule(aten.t.default)
+def t(op: OpSpec) -> list[Strategy]:
+    n = op.tensors()[0].ndim
+    return _moves(1, 1, [(d, n - 1 - d) for d in range(n)])  # 0-d and 1-d: t is the identity
+
+
+@sharding_rule(aten.permute.default)
+def permute(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    dims = [_dim(d, t.ndim) for d in op.arg(1, "dims")]
+    return _moves(1, 1, [(d, o) for o, d in enumerate(dims)])  # output dim o is input dims[o]
+
+
+@sharding_rule(aten.unsqueeze.default)
+def unsqueeze(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    new = op.arg(1, "dim") % (t.ndim + 1)
+    return _moves(1, 1, [(d, d + (d >= new)) for d in range(t.ndim)])
+
+
+@sharding_rule(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def squeeze(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    asked = op.arg(1, "dim", None)
+    if asked is None:
+        asked = range(t.ndim)
+    elif isinstance(asked, int):
+        asked = [asked]
+    asked = {_dim(d, t.ndim) for d in asked} if t.ndim else set()
+    gone = {d for d in asked if t.shape[d] == 1}
+    # a squeezed size-1 dim sharded is 1 on rank 0 and 0 elsewhere: 0 does not squeeze; an
+    # asked dim of size > 1 must not become 1 on a rank (it would squeeze there): even chunks
+    # of at least 2 (Note [nested shards] in matmul)
+    parts = _nested_parts(op)
+    kept = [d for d in range(t.ndim) if d not in gone]
+    ok = [d for d in kept if d not in asked or (t.shape[d] % parts == 0
+                                                 and t.shape[d] // parts != 1)]
+    return _moves(1, 1, [(d, kept.index(d)) for d in ok])
+
+
+# -- ops that need some dim whole ----------------------------------------------------------------
+def _all_but(t: TensorSpec, whole: set[int], shift: int = 0) -> list[tuple[int, int]]:
+    return [(d, d + shift) for d in range(t.ndim) if d not in whole]
+
+
+@sharding_rule(aten.flip.default)
+def flip(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    # rank 0 would hold the flip of the first chunk, not the first chunk of the flip
+    return _moves(1, 1, _all_but(t, {_dim(d, t.ndim) for d in op.arg(1, "dims")}))
+
+
+@sharding_rule(aten.roll.default)
+def roll(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    dims = op.arg(2, "dims", ())
+    if not dims:  # rolls the flattened tensor: every dim moves elements across rows
+        return _moves(1, 1, [])
+    return _moves(1, 1, _all_but(t, {_dim(d, t.ndim) for d in dims}))
+
+
+@sharding_rule(aten.slice.Tensor)
+def slice_(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    d = _dim(op.arg(1, "dim", 0), t.ndim)
+    start, end, step = op.arg(2, "start"), op.arg(3, "end"), op.arg(4, "step", 1)
+    # the whole dim (start 0, end past the size) clamps to each rank's own extent; any other
+    # range is in global coordinates and would cut the wrong rows out of every chunk
+    whole = start in (None, 0) and (end is None or end >= t.shape[d]) and step == 1
+    return _moves(1, 1, _all_but(t, set() if whole else {d}))
+
+
+@sharding_rule(aten.select.int)
+def select(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    d = _dim(op.arg(1, "dim"), t.ndim)
+    return _moves(1, 1, [(i, i - (i > d)) for i in range(t.ndim) if i != d])
+
+
+def _split_rule(op: OpSpec, d: int, n_out: int) -> list[Strategy]:
+    t = op.tensors()[0]
+    return _moves(1, n_out, [(i, [i] * n_out) for i in range(t.ndim) if i != d])
+
+
+@sharding_rule(aten.split.Tensor)
+def split(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    d = _dim(op.arg(2, "dim", 0), t.ndim)
+    size = op.arg(1, "split_size")
+    n_out = max(1, -(-t.shape[d] // size)) if size else 1
+    return _split_rule(op, d, n_out)
+
+
+@sharding_rule(aten.split_with_sizes.default)
+def split_with_sizes(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    return _split_rule(op, _dim(op.arg(2, "dim", 0), t.ndim), len(op.arg(1, "split_sizes")))
+
+
+@sharding_rule(aten.unbind.int)
+def unbind(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    d = _dim(op.arg(1, "dim", 0), t.ndim)
+    return _moves(1, t.shape[d], [(i, [i - (i > d)] * t.shape[d])
+                                  for i in range(t.ndim) if i != d])
+
+
+@sharding_rule(aten.repeat.default)
+def repeat(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    repeats = list(op.arg(1, "repeats"))
+    lead = len(repeats) - t.ndim  # repeat may add leading dims
+    # a repeated sharded dim would tile each rank's chunk, not the whole dim
+    return _moves(1, 1, [(d, d + lead) for d in range(t.ndim) if repeats[d + lead] == 1])
+
+
+# -- several inputs ----------------------------------------------------------------------------
+def _joined(op: OpSpec, out_dim_of: dict[int, int], skip: list[bool]) -> list[Strategy]:
+    """All inputs placed alike (the ``skip``ped ones Replicate) -> one output."""
+    n = len(skip)
+
+    def ins(p: Placement) -> tuple[Placement, ...]:
+        return tuple(Replicate() if s else p for s in skip)
+
+    found = [Strategy((Replicate(),) * n, (Replicate(),))]
+    found += [Strategy(ins(Shard(d)), (Shard(o),)) for d, o in out_dim_of.items()]
+    # P + P is P; P next to R is not: the R part would be reduced over the mesh dim
+    found += [Strategy((p,) * n, (p,)) for p in _PARTIALS if not any(skip)]
+    return found
+
+
+@sharding_rule(aten.cat.default)
+def cat(op: OpSpec) -> list[Strategy]:
+    ts = op.tensors()
+    # cat ignores 1-d empty inputs whatever the other inputs' shapes (legacy behaviour)
+    skip = [t.shape == (0,) for t in ts]
+    real = [t for t, s in zip(ts, skip) if not s]
+    if not real:
+        return _joined(op, {}, skip)
+    d = _dim(op.arg(1, "dim", 0), real[0].ndim)
+    # the cat dim would put rank 0's chunk of every input first: not the chunk of the result
+    return _joined(op, {i: i for i in range(real[0].ndim) if i != d}, skip)
+
+
+@sharding_rule(aten.stack.default)
+def stack(op: OpSpec) -> list[Strategy]:
+    ts = op.tensors()
+    new = op.arg(1, "dim", 0) % (ts[0].ndim + 1)
+    return _joined(op, {i: i + (i >= new) for i in range(ts[0].ndim)}, [False] * len(ts))
+
+
+# -- ops that take the output's size (Note [global size arguments]) ------------------------------
+def _resolve(sizes: Sequence[int], numel: int) -> list[int]:
+    sizes = list(sizes)
+    if -1 in sizes:
+        rest = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = numel // rest if rest else 0
+    return sizes
+
+
+def view_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """Runs of dims with equal products (Note [view shards]); both shapes have numel > 0.
+
+    >>> view_groups((2, 6, 4), (12, 4))
+    [([0, 1], [0]), ([2], [1])]
+    """
+    groups, i, j = [], 0, 0
+    while i < len(src) or j < len(dst):
+        gi, go, pi, po = [], [], 1, 1
+        if i < len(src):
+            gi, pi, i = [i], src[i], i + 1
+        if j < len(dst):
+            go, po, j = [j], dst[j], j + 1
+        while pi != po:
+            if pi < po:
+                gi.append(i)
+                pi, i = pi * src[i], i + 1
+            else:
+                go.append(j)
+                po, j = po * dst[j], j + 1
+        groups.append((gi, go))
+    return groups
+
+
+def view_shards(src: Sequence[int], dst: Sequence[int], parts: int) -> list[tuple[int, int]]:
+    """(input dim, output dim) pairs a Shard can pass through a view when the dim is split into
+    ``parts`` even pieces (Note [view shards])."""
+    if math.prod(src) == 0:
+        return []  # nothing to move; the grouping needs non-zero sizes
+    found = []
+    for gi, go in view_groups(src, dst):
+        if len(gi) == 1 and len(go) == 1:  # the same dim (a size-1 dim included)
+            found.append((gi[0], go[0]))
+            continue
+        outer_i = next((d for d in gi if src[d] != 1), None)
+        outer_o = next((d for d in go if dst[d] != 1), None)
+        if outer_i is None or outer_o is None:
+            continue
+        total = math.prod(src[d] for d in gi)
+        a, b = src[outer_i], dst[outer_o]
+        if (a % parts == 0 or a == total) and (b % parts == 0 or b == total):
+            found.append((outer_i, outer_o))
+    return found
+
+
+@sharding_rule(aten.view.default, aten._unsafe_view.default)
+def view(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    sizes = list(op.arg(1, "size"))
+    dst = _resolve(sizes, math.prod(t.shape))
+    pairs = view_shards(t.shape, dst, _nested_parts(op))
+    return _moves(1, 1, [(i, o) for i, o in pairs if sizes[o] == -1])
+
+
+@sharding_rule(aten.expand.default)
+def expand(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    sizes = list(op.arg(1, "size"))
+    lead = len(sizes) - t.ndim
+    # a kept dim (-1) is the rank's own extent; a broadcast one is the same on every rank
+    return _moves(1, 1, [(d, d + lead) for d in range(t.ndim)
+                         if sizes[d + lead] == -1 and t.shape[d] != 1])
+
+
+@sharding_rule(aten.slice_backward.default, aten.select_backward.default)
+def index_backward(op: OpSpec) -> list[Strategy]:
+    # the gradient is scattered into zeros of the GLOBAL input_sizes: Replicate or Partial only
+    return _moves(1, 1, [])
