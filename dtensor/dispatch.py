@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import warnings
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -69,32 +70,95 @@ def check_replicated() -> Iterator[None]:
         _check_plain.reset(token)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a steady-state call needs, computed once per call signature."""
+
+    decision: Decision
+    out_specs: tuple[tuple[DTensorSpec, TensorSpec], ...]
+    in_place: bool
+
+
+# Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
+# (op, described args, described kwargs, pinned) -> plan, one dict lookup per op.
+def _plans_of(mesh: Any) -> dict[tuple, _Plan]:
+    plans = mesh.__dict__.get("_dispatch_plans")
+    if plans is None:
+        plans = mesh.__dict__["_dispatch_plans"] = {}
+    return plans
+
+
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     from dtensor.tensor import DTensor
 
-    flat, tree = pytree.tree_flatten((args, kwargs))
-    dts = [a for a in flat if isinstance(a, DTensor)]
-    mesh = dts[0]._spec.mesh
-    for d in dts[1:]:
-        if d._spec.mesh != mesh:
-            raise ValueError(f"{func}: DTensors on different meshes in one op: {mesh} and "
-                             f"{d._spec.mesh}; redistribute them onto one mesh first")
-    if func not in REGISTRY:
-        return _fallback(func, flat, tree, dts)
+    tensors: list[torch.Tensor] = []
+    mesh = _first_dtensor(args, kwargs)._spec.mesh
+    mesh_ndim = mesh.ndim
+
+    def describe(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            tensors.append(x)
+            if isinstance(x, DTensor):
+                return x._tspec
+            return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype,
+                              (Replicate(),) * mesh_ndim)
+        if type(x) is list or type(x) is tuple:
+            return tuple(describe(v) for v in x)
+        return x
+
+    dargs = tuple(describe(a) for a in args)
+    dkwargs = tuple((k, describe(v)) for k, v in kwargs.items())
+    pinned = None
+    for t in tensors:
+        if isinstance(t, DTensor):
+            if t._spec.mesh is not mesh and t._spec.mesh != mesh:
+                raise ValueError(f"{func}: DTensors on different meshes in one op: {mesh} and "
+                                 f"{t._spec.mesh}; redistribute them onto one mesh first")
+            if t._pinned:
+                pinned = frozenset(i for i, u in enumerate(tensors)
+                                   if isinstance(u, DTensor) and u._pinned)
+    key = (func, dargs, dkwargs, pinned)
+    plans = _plans_of(mesh)
     try:
-        op = OpSpec(func, _describe(args, mesh.ndim), tuple(
-            (k, _describe(v, mesh.ndim)) for k, v in kwargs.items()), tuple(mesh.shape))
-        hash(op)
+        plan = plans.get(key)
     except TypeError:  # an argument we cannot key a cache on
-        return _fallback(func, flat, tree, dts)
-    tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-    fixed = frozenset(i for i, t in enumerate(tensors)
-                      if isinstance(t, DTensor) and t._pinned) | _written(func, op)
-    decision = decide(op, fixed)
+        plan = None
+        key = None
+    if plan is None:
+        if func not in REGISTRY or key is None:
+            flat, tree = pytree.tree_flatten((args, kwargs))
+            return _fallback(func, flat, tree, [t for t in tensors if isinstance(t, DTensor)])
+        plan = plans[key] = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
     if _check_plain.get():
         _verify_plain(func, tensors, mesh)
-    debug.record(decision, tensors)
-    return _run(func, flat, tree, tensors, decision, mesh)
+    debug.record(plan.decision, tensors)
+    return _run(func, args, kwargs, tensors, plan, mesh)
+
+
+def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
+               pinned: frozenset[int]) -> _Plan:
+    op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
+    decision = decide(op, _written(func, op) | pinned)
+    specs = []
+    for meta, p in zip(_output_meta(op), decision.chosen.outputs):
+        shape, stride = tuple(meta.shape), tuple(meta.stride())
+        specs.append((DTensorSpec(mesh, p, shape, stride, meta.dtype),
+                      TensorSpec(shape, stride, meta.dtype, p)))
+    return _Plan(decision, tuple(specs), bool(_written_positions(func)))
+
+
+def _first_dtensor(args: tuple, kwargs: dict) -> Any:
+    from dtensor.tensor import DTensor
+
+    for group in (args, kwargs.values()):
+        for x in group:
+            if isinstance(x, DTensor):
+                return x
+            if type(x) is list or type(x) is tuple:
+                for v in x:
+                    if isinstance(v, DTensor):
+                        return v
+    raise TypeError("dispatch called without a DTensor argument")
 
 
 def _describe(x: Any, mesh_ndim: int) -> Any:
@@ -133,28 +197,33 @@ def _written(func: Any, op: OpSpec) -> frozenset[int]:
     return frozenset(out)
 
 
-def _run(func: Any, flat: list, tree: Any, tensors: list, decision: Decision, mesh: Any) -> Any:
+def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh: Any) -> Any:
     from dtensor.tensor import DTensor
 
-    required = iter(decision.chosen.inputs)  # one entry per tensor, in flattening order
-    local_flat = [_localize(a, next(required), mesh) if isinstance(a, torch.Tensor) else a
-                  for a in flat]
-    largs, lkwargs = pytree.tree_unflatten(local_flat, tree)
-    out = func(*largs, **lkwargs)
-    if _written_positions(func):
+    required = iter(plan.decision.chosen.inputs)  # one entry per tensor, in the order described
+
+    def local(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return _localize(x, next(required), mesh)
+        if type(x) is list or type(x) is tuple:
+            return type(x)(local(v) for v in x)
+        return x
+
+    out = func(*[local(a) for a in args], **{k: local(v) for k, v in kwargs.items()})
+    if plan.in_place:
         written = [t for t in tensors if isinstance(t, DTensor)]
         return written[0] if len(written) == 1 or not isinstance(out, tuple) else out
-    metas = _output_meta(decision.op)
-    placements = iter(decision.chosen.outputs)
-    metas_it = iter(metas)
+    specs = iter(plan.out_specs)
 
-    def wrap(t: torch.Tensor) -> Any:
-        meta = next(metas_it)
-        p = next(placements)
-        spec = DTensorSpec(mesh, p, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
-        return DTensor(t, spec, requires_grad=False)
+    def wrap(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            spec, tspec = next(specs)
+            return DTensor(t, spec, requires_grad=False, tspec=tspec)
+        if type(t) is list or type(t) is tuple:
+            return type(t)(wrap(v) for v in t)
+        return t
 
-    return pytree.tree_map_only(torch.Tensor, wrap, out)
+    return wrap(out)
 
 
 def _localize(a: torch.Tensor, placements: tuple[Placement, ...], mesh: Any) -> torch.Tensor:

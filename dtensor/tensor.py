@@ -9,6 +9,7 @@ import torch
 from dtensor import _autograd
 from dtensor.layout import local_shape
 from dtensor.mesh import DeviceMesh
+from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, contiguous_strides
 
@@ -26,22 +27,27 @@ class DTensor(torch.Tensor):
 
     _local_tensor: torch.Tensor
     _spec: DTensorSpec
+    _tspec: TensorSpec  # what sharding rules see of it; the dispatch cache key
     _pinned: bool = False  # see pin()
 
     @staticmethod
     def __new__(cls, local_tensor: torch.Tensor, spec: DTensorSpec, *,
-                requires_grad: bool) -> DTensor:
+                requires_grad: bool, tspec: TensorSpec | None = None) -> DTensor:
         r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
             cls, spec.shape, strides=spec.stride, dtype=spec.dtype, device=local_tensor.device,
             layout=local_tensor.layout, requires_grad=requires_grad,
         )
         r._local_tensor = local_tensor
         r._spec = spec
+        r._tspec = tspec or TensorSpec(spec.shape, spec.stride, spec.dtype, spec.placements)
         return r
 
     def __repr__(self) -> str:  # type: ignore[override]
         return (f"DTensor(local_tensor={self._local_tensor}, device_mesh={self._spec.mesh}, "
                 f"placements={self._spec.placements})")
+
+    # aten-level dispatch does all the work; the Python-level hook would only re-wrap results
+    __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),

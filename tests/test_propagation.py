@@ -113,7 +113,7 @@ def test_decisions_are_cached():
         return after.hits - before.hits, after.misses - before.misses
 
     hits, misses = _world((2,), body)[0]
-    assert hits >= 5 and misses == 0
+    assert (hits, misses) == (0, 0)  # steady state: the mesh's plan cache answers, no rule work
 
 
 def test_pinned_tensor_must_keep_its_placements():

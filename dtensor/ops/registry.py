@@ -23,12 +23,21 @@ from dtensor.placements import Placement, fmt_placements
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """What a rule sees of one tensor argument."""
+    """What a rule sees of one tensor argument. Its hash is computed once: specs are the
+    cache keys of every dispatch."""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
     placements: tuple[Placement, ...]
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash",
+                           hash((self.shape, self.stride, self.dtype, self.placements)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def ndim(self) -> int:
@@ -45,6 +54,14 @@ class OpSpec:
     kwargs: tuple[tuple[str, Any], ...]
     mesh_shape: tuple[int, ...]
     mesh_dim: int = 0  # the mesh dim a rule is asked about (its size: mesh_shape[mesh_dim])
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.op, self.args, self.kwargs,
+                                                self.mesh_shape, self.mesh_dim)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def mesh_dim_size(self) -> int:

@@ -1,0 +1,106 @@
+"""Eager dispatch overhead on tiny tensors: our DTensor vs torch.distributed.tensor.
+
+    .venv/bin/python benchmarks/bench_dispatch.py [--quick]
+
+Both libraries run in the same simpg world (4 ranks, a 1-D mesh), on the same 8x8 float32
+tensors, with warm caches; the plain-tensor column is the same op on rank 0's local pieces.
+Times are µs per op on rank 0 (best of several rounds: the machine's 2 cores are shared).
+A local op never leaves rank 0; a redistribute is a collective, so its time includes every
+rank's turn (the same for both libraries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+import dtensor
+import simpg
+
+warnings.filterwarnings("ignore")
+N = 8
+
+
+def _time(fn: Callable[[], Any], iters: int, rounds: int) -> float:
+    for _ in range(20):
+        fn()
+    best = float("inf")
+    for _ in range(rounds):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best * 1e6
+
+
+def _cases(lib: Any, mesh: Any, Shard: Any, Replicate: Any) -> dict[str, Callable[[], Any]]:
+    full = torch.arange(N * N, dtype=torch.float32).reshape(N, N)
+    a = lib.distribute_tensor(full, mesh, [Shard(0)])
+    b = lib.distribute_tensor(full, mesh, [Shard(0)])
+    r = lib.distribute_tensor(full, mesh, [Replicate()])
+    return {
+        "add S(0)+S(0)": lambda: a + b,
+        "mm S(0)@R": lambda: torch.mm(a, r),
+        "sum over S(0) -> P": lambda: a.sum(0),
+        "view S(0)": lambda: a.view(N, 2, N // 2),
+        "softmax(dim=1) S(0)": lambda: torch.softmax(a, 1),
+        "redistribute S(0)->R": lambda: a.redistribute(mesh, [Replicate()]),
+    }
+
+
+def _plain_cases() -> dict[str, Callable[[], Any]]:
+    a = torch.arange(2 * N, dtype=torch.float32).reshape(2, N)
+    r = torch.ones(N, N)
+    return {
+        "add S(0)+S(0)": lambda: a + a,
+        "mm S(0)@R": lambda: torch.mm(a, r),
+        "sum over S(0) -> P": lambda: a.sum(0),
+        "view S(0)": lambda: a.view(2, 2, N // 2),
+        "softmax(dim=1) S(0)": lambda: torch.softmax(a, 1),
+        "redistribute S(0)->R": lambda: torch.cat([a] * 4),
+    }
+
+
+def body(iters: int, rounds: int) -> dict[str, dict[str, float]] | None:
+    from torch.distributed import device_mesh as torch_mesh
+    from torch.distributed import tensor as torch_dt
+
+    ours_mesh = dtensor.init_device_mesh("cpu", (4,))
+    theirs_mesh = torch_mesh.init_device_mesh("cpu", (4,))
+    out: dict[str, dict[str, float]] = {}
+    with dtensor.fallback_policy("silent"):
+        for name, fn in _cases(dtensor, ours_mesh, dtensor.Shard, dtensor.Replicate).items():
+            out.setdefault(name, {})["ours"] = _time(fn, iters, rounds)
+    for name, fn in _cases(torch_dt, theirs_mesh, torch_dt.Shard, torch_dt.Replicate).items():
+        out[name]["torch"] = _time(fn, iters, rounds)
+    for name, fn in _plain_cases().items():
+        out[name]["plain"] = _time(fn, iters, rounds)
+    return out if dist.get_rank() == 0 else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    iters, rounds = (50, 3) if args.quick else (300, 5)
+    figures = simpg.run(body, 4, iters, rounds, timeout=600)[0]
+    print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{' --quick' if args.quick else ''}")
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
+          f"{datetime.datetime.now().isoformat(timespec='seconds')}, 4 simpg ranks, 8x8 float32\n")
+    print("| op | plain (µs) | ours (µs) | torch DTensor (µs) | ours / torch |")
+    print("|---|---:|---:|---:|---:|")
+    for name, f in figures.items():
+        print(f"| {name} | {f['plain']:.1f} | {f['ours']:.1f} | {f['torch']:.1f} | "
+              f"{f['ours'] / f['torch']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
