@@ -1,0 +1,242 @@
+"""The checks of one case, returning failures as data (never printing).
+
+- ``soundness``: every strategy the rule can return for a sample's aten call on a mesh,
+  checked with ``dtensor.ops.soundness.check_candidate`` (no process group, no threads).
+- ``forward`` / ``backward``: on one rank of a simpg world, the sample's inputs laid out by
+  the drawn placements (each rank's piece from ``shard_full``; Partial values split into
+  addends, wrapped with ``DTensor.from_local``), the OpInfo's callable run on DTensors with
+  the replicate fallback turned into an error, compared with the single-device result.
+
+A ``Failure`` carries everything a reproducer needs (``Failure.report``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch.utils import _pytree as pytree
+
+from dtensor.dispatch import fallback_policy
+from dtensor.layout import local_slices
+from dtensor.local_redistribute import shard_full
+from dtensor.ops.propagate import candidates, decide
+from dtensor.ops.registry import REGISTRY, TensorSpec
+from dtensor.ops.soundness import check_candidate, op_spec
+from dtensor.placements import Placement
+from dtensor.spec import replicate_partials
+from opdb_tests.cases import (AtenCall, Entry, Sample, case_id, clone_sample, kind,
+                              repro_command, tolerances)
+
+TIERS = ("sound", "forward", "backward")
+
+
+@dataclass(frozen=True)
+class Failure:
+    tier: str
+    key: str
+    sample: Sample
+    mesh_shape: tuple[int, ...]
+    placements: tuple[tuple[Placement, ...], ...] | None  # None: every candidate (soundness)
+    reason: str
+    kind: str = ""
+    label: str = field(default="")  # the case id
+
+    def report(self) -> str:
+        return (f"{self.tier} {self.label}\n  op: {self.key}  sample #{self.sample.index}: "
+                f"{self.sample.describe()}\n  mesh: {self.mesh_shape}\n  reason: {self.reason}\n"
+                f"  rerun: {repro_command(self.tier, self.key, self.sample.index, self.mesh_shape, self.placements)}")
+
+
+# -- soundness -------------------------------------------------------------------------------
+
+
+def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
+              ) -> tuple[list[Failure], set[str]]:
+    """Failures of every candidate, and the placement kinds the candidates covered."""
+    tensors = s.tensors()
+    if call.func not in REGISTRY:
+        return [Failure("sound", e.key, s, mesh_shape, None, f"no sharding rule for {call.func}",
+                        "", case_id(e.key, [], mesh_shape))], set()
+    spec = op_spec(call.func, call.args, call.kwargs, mesh_shape)
+    try:
+        cands = candidates(spec, dispatchable_only=False)
+    except Exception as ex:  # noqa: BLE001 - a rule that raises is a failure of the rule
+        return [Failure("sound", e.key, s, mesh_shape, None,
+                        f"the rule raises {type(ex).__name__}: {ex}", "",
+                        case_id(e.key, [], mesh_shape))], set()
+    rtol, atol = tolerances(e.dtype)
+    failures, kinds = [], set()
+    aten_tensors = [tensors[i] for i in call.tensor_index]
+    for c in cands:
+        k = kind(mesh_shape, aten_tensors, c.inputs)
+        kinds.add(k)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reason = check_candidate(call.func, call.args, call.kwargs, c, mesh_shape,
+                                     rtol=rtol, atol=atol)
+        if reason:
+            outs = ";".join(",".join(str(p) for p in o) for o in c.outputs)
+            failures.append(Failure("sound", e.key, s, mesh_shape, None,
+                                    f"{call.func} strategy {_fmt(c.inputs)} -> {outs}: {reason}",
+                                    k, case_id(e.key, c.inputs, mesh_shape, outs)))
+    return failures, kinds
+
+
+def _fmt(per_tensor: Sequence[Sequence[Placement]]) -> str:
+    return ";".join(",".join(str(p) for p in ps) for ps in per_tensor)
+
+
+# -- end to end (on one rank of a world) -----------------------------------------------------
+
+
+def _dtensors(s: Sample, mesh: Any, placements: Sequence[Sequence[Placement]],
+              requires_grad: bool, seed: int) -> tuple[tuple, dict, list[torch.Tensor]]:
+    from dtensor import DTensor
+
+    coord = tuple(mesh.get_coordinate())
+    args, kwargs = clone_sample(s)
+    flat, tree = pytree.tree_flatten((args, kwargs))
+    it = iter(placements)
+    leaves: list[torch.Tensor] = []
+    for i, a in enumerate(flat):
+        if isinstance(a, torch.Tensor):
+            p = tuple(next(it))
+            local = shard_full(a, tuple(mesh.shape), p, seed + i)[coord]
+            if requires_grad and (a.is_floating_point() or a.is_complex()):
+                local.requires_grad_(True)
+                leaves.append(local)
+            else:
+                leaves.append(None)  # type: ignore[arg-type]
+            flat[i] = DTensor.from_local(local, mesh, p, shape=a.shape, stride=a.stride())
+    a2, k2 = pytree.tree_unflatten(flat, tree)
+    return a2, k2, leaves
+
+
+def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
+              mesh_shape: tuple[int, ...]) -> tuple[tuple[Placement, ...], ...] | None:
+    """The output placements ``decide`` picks for a rule-level call with these inputs."""
+    if call is None or call.func not in REGISTRY:
+        return None
+    spec = op_spec(call.func, call.args, call.kwargs, mesh_shape)
+    by_aten = iter([tuple(placements[i]) for i in call.tensor_index])
+
+    def place(x: Any) -> Any:
+        if isinstance(x, TensorSpec):
+            return TensorSpec(x.shape, x.stride, x.dtype, next(by_aten))
+        if isinstance(x, tuple):
+            return tuple(place(v) for v in x)
+        return x
+
+    import dataclasses
+
+    spec = dataclasses.replace(spec, args=tuple(place(a) for a in spec.args),
+                               kwargs=tuple((k, place(v)) for k, v in spec.kwargs))
+    return decide(spec).chosen.outputs
+
+
+def _close(got: Any, want: Any, rtol: float, atol: float) -> str | None:
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"got {type(got).__name__}, expected a tensor"
+        if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+            return (f"got {tuple(got.shape)}:{got.dtype}, expected "
+                    f"{tuple(want.shape)}:{want.dtype}")
+        try:
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True,
+                                       check_stride=False)
+        except AssertionError as ex:
+            return "values differ: " + " ".join(str(ex).split("\n")[1:3]).strip()
+        return None
+    return None if got == want else f"got {got!r}, expected {want!r}"
+
+
+def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
+               placements: tuple[tuple[Placement, ...], ...], tier: str,
+               seed: int = 0, on_error: Any = None) -> Failure | None:
+    """Run one case on this rank; its Failure or None. ``on_error(exc)`` is told of an
+    exception first (the world aborts the case on every rank, see ``sweep.run_world``)."""
+    mesh_shape = tuple(mesh.shape)
+    label = case_id(e.key, placements, mesh_shape)
+    k = kind(mesh_shape, s.tensors(), placements)
+    try:
+        reason = _end_to_end(e, s, call, mesh, placements, tier, seed)
+    except Exception as ex:  # noqa: BLE001 - any error of the runtime is this case's failure
+        if on_error is not None:
+            on_error(ex)
+        reason = f"{type(ex).__name__}: {ex}".split("\n")[0][:300]
+    if reason is None:
+        return None
+    return Failure(tier, e.key, s, mesh_shape, placements, reason, k, label)
+
+
+def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
+                placements: tuple[tuple[Placement, ...], ...], tier: str,
+                seed: int) -> str | None:
+    from dtensor import DTensor
+
+    rtol, atol = tolerances(e.dtype)
+    op = e.opinfo.op
+    backward = tier == "backward"
+    ref_args, ref_kwargs = clone_sample(s)
+    ref_leaves = [t for t in pytree.tree_leaves((ref_args, ref_kwargs))
+                  if isinstance(t, torch.Tensor)]
+    if backward:
+        for t in ref_leaves:
+            if t.is_floating_point() or t.is_complex():
+                t.requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = op(*ref_args, **ref_kwargs)
+    dargs, dkwargs, leaves = _dtensors(s, mesh, placements, backward, seed)
+    with fallback_policy("error"):
+        got = op(*dargs, **dkwargs)
+    want_flat, want_tree = pytree.tree_flatten(want)
+    got_flat, got_tree = pytree.tree_flatten(got)
+    if len(got_flat) != len(want_flat):
+        return f"returned {got_tree}, expected {want_tree}"
+    expect_out = predicted(call, placements, tuple(mesh.shape))
+    d_outs = [g for g in got_flat if isinstance(g, DTensor)]
+    if expect_out is not None and len(d_outs) == len(expect_out):
+        for j, (g, p) in enumerate(zip(d_outs, expect_out)):
+            if tuple(g.placements) != tuple(p):
+                return f"output {j} is {_fmt([g.placements])}, the rule predicted {_fmt([p])}"
+    fulls = [g.full_tensor() if isinstance(g, DTensor) else g for g in got_flat]
+    for j, (g, w) in enumerate(zip(fulls, want_flat)):
+        r = _close(g.detach() if isinstance(g, torch.Tensor) else g,
+                   w.detach() if isinstance(w, torch.Tensor) else w, rtol, atol)
+        if r:
+            return f"output {j}: {r}"
+    if not backward:
+        return None
+    return _backward(fulls, want_flat, ref_leaves, leaves, placements, mesh, rtol, atol, seed)
+
+
+def _backward(fulls: list, want_flat: list, ref_leaves: list, leaves: list,
+              placements: Sequence[Sequence[Placement]], mesh: Any, rtol: float, atol: float,
+              seed: int) -> str | None:
+    gen = torch.Generator().manual_seed(seed)
+    outs = [(g, w) for g, w in zip(fulls, want_flat)
+            if isinstance(w, torch.Tensor) and w.requires_grad and w.is_floating_point()]
+    if not outs:
+        return None
+    cots = [torch.randn(w.shape, generator=gen, dtype=w.dtype) for _, w in outs]
+    inputs = [t for t in ref_leaves if t.requires_grad]
+    want_g = torch.autograd.grad([w for _, w in outs], inputs, cots, allow_unused=True)
+    mine = [x for x in leaves if x is not None]
+    with fallback_policy("error"):
+        got_g = torch.autograd.grad([g for g, _ in outs], mine, cots, allow_unused=True)
+    coord = tuple(mesh.get_coordinate())
+    grad_placements = [p for p, x in zip(placements, leaves) if x is not None]
+    for j, (g, w, x, p) in enumerate(zip(got_g, want_g, inputs, grad_placements)):
+        if w is None:
+            w = torch.zeros_like(x)
+        w = w[local_slices(tuple(w.shape), tuple(mesh.shape), replicate_partials(p), coord)]
+        if g is None:
+            g = torch.zeros_like(w)
+        r = _close(g, w, rtol, atol)
+        if r:
+            return f"gradient of input {j} ({_fmt([p])}) on rank {coord}: {r}"
+    return None
