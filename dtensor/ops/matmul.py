@@ -43,7 +43,10 @@ from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
 
-_LINEAR = ("sum", "avg")  # reductions a product is linear in
+def _linear_kinds(operands: Sequence[TensorSpec]) -> tuple[str, ...]:
+    """The reductions a product is linear in; P(avg) only where the mean does not round."""
+    exact = all(t.dtype.is_floating_point or t.dtype.is_complex for t in operands)
+    return ("sum", "avg") if exact else ("sum",)
 
 
 def _parse(equation: str) -> tuple[list[str], str]:
@@ -69,7 +72,7 @@ def einsum_strategies(equation: str, operands: Sequence[TensorSpec]) -> list[Str
         # a kept letter splits the output; a contracted one splits the sum: P(sum)
         result: Placement = Shard(out.index(letter)) if letter in out else Partial("sum")
         found.append(Strategy(shards, (result,)))
-    for kind in _LINEAR:
+    for kind in _linear_kinds(operands):
         for i in range(n):
             # A (B1 + B2) = A B1 + A B2: linear in each operand while the others are fixed
             found.append(Strategy(tuple(Partial(kind) if j == i else Replicate()

@@ -39,6 +39,12 @@ from dtensor.placements import Partial, Placement, Replicate, Shard
 aten = torch.ops.aten
 
 _PARTIALS = tuple(Partial(k) for k in ("sum", "avg", "max", "min"))
+_INT_PARTIALS = tuple(p for p in _PARTIALS if p.reduce_op != "avg")  # an int mean would round
+
+
+def _partials(op: OpSpec) -> tuple[Partial, ...]:
+    exact = all(t.dtype.is_floating_point or t.dtype.is_complex for t in op.tensors())
+    return _PARTIALS if exact else _INT_PARTIALS
 
 
 def _dim(d: int, ndim: int) -> int:
@@ -46,10 +52,11 @@ def _dim(d: int, ndim: int) -> int:
     return d % max(ndim, 1)
 
 
-def _moves(n_in: int, n_out: int, shards: Sequence[tuple[int, int | Sequence[int]]]
+def _moves(op: OpSpec, n_out: int, shards: Sequence[tuple[int, int | Sequence[int]]]
            ) -> list[Strategy]:
     """R -> R, each Partial -> itself, and Shard(i) -> Shard(o) for each (i, o) given; ``o``
-    may list one output dim per output of a multi-output op. ``n_in`` inputs share a placement."""
+    may list one output dim per output of a multi-output op."""
+    n_in = len(op.tensors())
     def out(p: Placement) -> tuple[Placement, ...]:
         return (p,) * n_out
 
@@ -57,7 +64,7 @@ def _moves(n_in: int, n_out: int, shards: Sequence[tuple[int, int | Sequence[int
     for i, o in shards:
         outs = tuple(Shard(x) for x in o) if isinstance(o, (list, tuple)) else out(Shard(o))
         found.append(Strategy((Shard(i),) * n_in, outs))
-    found += [Strategy((p,) * n_in, out(p)) for p in _PARTIALS]
+    found += [Strategy((p,) * n_in, out(p)) for p in _partials(op)]
     return found
 
 
@@ -71,27 +78,27 @@ def transpose(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     a, b = _dim(op.arg(1, "dim0"), t.ndim), _dim(op.arg(2, "dim1"), t.ndim)
     swap = {a: b, b: a}
-    return _moves(1, 1, [(d, swap.get(d, d)) for d in range(t.ndim)])
+    return _moves(op, 1, [(d, swap.get(d, d)) for d in range(t.ndim)])
 
 
 @sharding_rule(aten.t.default)
 def t(op: OpSpec) -> list[Strategy]:
     n = op.tensors()[0].ndim
-    return _moves(1, 1, [(d, n - 1 - d) for d in range(n)])  # 0-d and 1-d: t is the identity
+    return _moves(op, 1, [(d, n - 1 - d) for d in range(n)])  # 0-d and 1-d: t is the identity
 
 
 @sharding_rule(aten.permute.default)
 def permute(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     dims = [_dim(d, t.ndim) for d in op.arg(1, "dims")]
-    return _moves(1, 1, [(d, o) for o, d in enumerate(dims)])  # output dim o is input dims[o]
+    return _moves(op, 1, [(d, o) for o, d in enumerate(dims)])  # output dim o is input dims[o]
 
 
 @sharding_rule(aten.unsqueeze.default)
 def unsqueeze(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     new = op.arg(1, "dim") % (t.ndim + 1)
-    return _moves(1, 1, [(d, d + (d >= new)) for d in range(t.ndim)])
+    return _moves(op, 1, [(d, d + (d >= new)) for d in range(t.ndim)])
 
 
 @sharding_rule(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
@@ -111,7 +118,7 @@ def squeeze(op: OpSpec) -> list[Strategy]:
     kept = [d for d in range(t.ndim) if d not in gone]
     ok = [d for d in kept if d not in asked or (t.shape[d] % parts == 0
                                                  and t.shape[d] // parts != 1)]
-    return _moves(1, 1, [(d, kept.index(d)) for d in ok])
+    return _moves(op, 1, [(d, kept.index(d)) for d in ok])
 
 
 # -- ops that need some dim whole ----------------------------------------------------------------
@@ -123,7 +130,7 @@ def _all_but(t: TensorSpec, whole: set[int], shift: int = 0) -> list[tuple[int, 
 def flip(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     # rank 0 would hold the flip of the first chunk, not the first chunk of the flip
-    return _moves(1, 1, _all_but(t, {_dim(d, t.ndim) for d in op.arg(1, "dims")}))
+    return _moves(op, 1, _all_but(t, {_dim(d, t.ndim) for d in op.arg(1, "dims")}))
 
 
 @sharding_rule(aten.roll.default)
@@ -131,8 +138,8 @@ def roll(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     dims = op.arg(2, "dims", ())
     if not dims:  # rolls the flattened tensor: every dim moves elements across rows
-        return _moves(1, 1, [])
-    return _moves(1, 1, _all_but(t, {_dim(d, t.ndim) for d in dims}))
+        return _moves(op, 1, [])
+    return _moves(op, 1, _all_but(t, {_dim(d, t.ndim) for d in dims}))
 
 
 @sharding_rule(aten.slice.Tensor)
@@ -143,19 +150,19 @@ def slice_(op: OpSpec) -> list[Strategy]:
     # the whole dim (start 0, end past the size) clamps to each rank's own extent; any other
     # range is in global coordinates and would cut the wrong rows out of every chunk
     whole = start in (None, 0) and (end is None or end >= t.shape[d]) and step == 1
-    return _moves(1, 1, _all_but(t, set() if whole else {d}))
+    return _moves(op, 1, _all_but(t, set() if whole else {d}))
 
 
 @sharding_rule(aten.select.int)
 def select(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     d = _dim(op.arg(1, "dim"), t.ndim)
-    return _moves(1, 1, [(i, i - (i > d)) for i in range(t.ndim) if i != d])
+    return _moves(op, 1, [(i, i - (i > d)) for i in range(t.ndim) if i != d])
 
 
 def _split_rule(op: OpSpec, d: int, n_out: int) -> list[Strategy]:
     t = op.tensors()[0]
-    return _moves(1, n_out, [(i, [i] * n_out) for i in range(t.ndim) if i != d])
+    return _moves(op, n_out, [(i, [i] * n_out) for i in range(t.ndim) if i != d])
 
 
 @sharding_rule(aten.split.Tensor)
@@ -177,7 +184,7 @@ def split_with_sizes(op: OpSpec) -> list[Strategy]:
 def unbind(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     d = _dim(op.arg(1, "dim", 0), t.ndim)
-    return _moves(1, t.shape[d], [(i, [i - (i > d)] * t.shape[d])
+    return _moves(op, t.shape[d], [(i, [i - (i > d)] * t.shape[d])
                                   for i in range(t.ndim) if i != d])
 
 
@@ -187,7 +194,7 @@ def repeat(op: OpSpec) -> list[Strategy]:
     repeats = list(op.arg(1, "repeats"))
     lead = len(repeats) - t.ndim  # repeat may add leading dims
     # a repeated sharded dim would tile each rank's chunk, not the whole dim
-    return _moves(1, 1, [(d, d + lead) for d in range(t.ndim) if repeats[d + lead] == 1])
+    return _moves(op, 1, [(d, d + lead) for d in range(t.ndim) if repeats[d + lead] == 1])
 
 
 # -- several inputs ----------------------------------------------------------------------------
@@ -201,7 +208,7 @@ def _joined(op: OpSpec, out_dim_of: dict[int, int], skip: list[bool]) -> list[St
     found = [Strategy((Replicate(),) * n, (Replicate(),))]
     found += [Strategy(ins(Shard(d)), (Shard(o),)) for d, o in out_dim_of.items()]
     # P + P is P; P next to R is not: the R part would be reduced over the mesh dim
-    found += [Strategy((p,) * n, (p,)) for p in _PARTIALS if not any(skip)]
+    found += [Strategy((p,) * n, (p,)) for p in _partials(op) if not any(skip)]
     return found
 
 
@@ -285,7 +292,7 @@ def view(op: OpSpec) -> list[Strategy]:
     sizes = list(op.arg(1, "size"))
     dst = _resolve(sizes, math.prod(t.shape))
     pairs = view_shards(t.shape, dst, _nested_parts(op))
-    return _moves(1, 1, [(i, o) for i, o in pairs if sizes[o] == -1])
+    return _moves(op, 1, [(i, o) for i, o in pairs if sizes[o] == -1])
 
 
 @sharding_rule(aten.expand.default)
@@ -294,11 +301,11 @@ def expand(op: OpSpec) -> list[Strategy]:
     sizes = list(op.arg(1, "size"))
     lead = len(sizes) - t.ndim
     # a kept dim (-1) is the rank's own extent; a broadcast one is the same on every rank
-    return _moves(1, 1, [(d, d + lead) for d in range(t.ndim)
+    return _moves(op, 1, [(d, d + lead) for d in range(t.ndim)
                          if sizes[d + lead] == -1 and t.shape[d] != 1])
 
 
 @sharding_rule(aten.slice_backward.default, aten.select_backward.default)
 def index_backward(op: OpSpec) -> list[Strategy]:
     # the gradient is scattered into zeros of the GLOBAL input_sizes: Replicate or Partial only
-    return _moves(1, 1, [])
+    return _moves(op, 1, [])
