@@ -4,11 +4,6 @@ results on simpg and on real gloo processes agree bit for bit."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
-import time
-from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +14,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import simpg
+from gloo_runner import run_program_on_gloo
 
 RUN_TIMEOUT_S = 30.0  # per simpg.run: a hang becomes simpg's DeadlockError, not a stuck test
 GLOO_TIMEOUT_S = 120.0  # all gloo processes together; each starts torch and gloo (seconds)
@@ -158,59 +154,11 @@ def _load_program() -> ModuleType:
     return module
 
 
-def _run_on_gloo(world_size: int, tmp_path: Path) -> list[dict[str, torch.Tensor]]:
-    """Run PROGRAM as `world_size` gloo processes on 127.0.0.1; return each rank's dict.
-
-    The test hosts the TCPStore (port 0: the OS picks a free one, nothing to race for) and
-    waits for all processes against one deadline; on timeout it kills them all and fails with
-    their output."""
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=GLOO_TIMEOUT_S))
-    # gloo binds to the interface its hostname resolves to unless told: keep it on loopback
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               GLOO_SOCKET_IFNAME="lo0" if sys.platform == "darwin" else "lo")
-    procs, logs = [], []
-    for rank in range(world_size):
-        log = (tmp_path / f"rank{rank}.log").open("w")  # a file: a full pipe cannot block it
-        logs.append(log)
-        procs.append(subprocess.Popen(
-            [sys.executable, str(PROGRAM), str(rank), str(world_size), str(store.port),
-             str(tmp_path / f"rank{rank}.pt")],
-            env=env, stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + GLOO_TIMEOUT_S
-    try:
-        for p in procs:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        hung = [r for r, p in enumerate(procs) if p.poll() is None]
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for log in logs:
-            log.close()
-        del store
-
-    def output() -> str:
-        return "\n".join(f"--- rank {r} ---\n{(tmp_path / f'rank{r}.log').read_text()[-3000:]}"
-                         for r in range(world_size))
-
-    if hung:
-        pytest.fail(f"gloo ranks {hung} still running after {GLOO_TIMEOUT_S:g}s, killed\n"
-                    f"{output()}")
-    failed = {r: p.returncode for r, p in enumerate(procs) if p.returncode != 0}
-    if failed:
-        pytest.fail(f"gloo ranks exited with codes {failed}\n{output()}")
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
-
-
 @pytest.mark.gloo
 def test_program_on_simpg_matches_gloo_bit_for_bit(tmp_path):
     world_size = 3
     on_simpg = simpg.run(_load_program().program, world_size, timeout=RUN_TIMEOUT_S)
-    on_gloo = _run_on_gloo(world_size, tmp_path)
+    on_gloo = run_program_on_gloo(PROGRAM, world_size, tmp_path, GLOO_TIMEOUT_S)
     for rank, (sim, real) in enumerate(zip(on_simpg, on_gloo, strict=True)):
         assert sim.keys() == real.keys(), f"rank {rank}"
         for key in real:
