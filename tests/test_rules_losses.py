@@ -1,0 +1,170 @@
+"""Loss rules: every strategy sound (harness sweep), and cross_entropy/mse end to end on simpg."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import simpg
+from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy, init_device_mesh
+from dtensor.ops.propagate import per_dim_strategies
+from dtensor.ops.soundness import check_op, op_spec
+
+aten = torch.ops.aten
+MESHES = [(2,), (3,), (2, 2), (4,)]
+g = torch.Generator().manual_seed(0)
+
+
+def logp(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=g).log_softmax(1 if len(shape) > 1 else 0).to(dtype)
+
+
+def target(c: int, *shape: int, ignore: int | None = None) -> torch.Tensor:
+    t = torch.randint(0, c, shape, generator=g)
+    if ignore is not None and t.numel():
+        t.view(-1)[::3] = ignore
+    return t
+
+
+def _nll_cases():
+    cases = []
+    for r in (0, 1, 2):
+        cases += [
+            (f"nll-{r}", aten.nll_loss_forward.default, (logp(6, 4), target(4, 6), None, r, -100)),
+            (f"nll-uneven-w-{r}", aten.nll_loss_forward.default,
+             (logp(5, 3), target(3, 5, ignore=1), torch.rand(3, generator=g), r, 1)),
+            (f"nll-small-{r}", aten.nll_loss_forward.default, (logp(1, 3), target(3, 1), None, r, -100)),
+            (f"nll-1d-{r}", aten.nll_loss_forward.default, (logp(4), target(4), None, r, -100)),
+            (f"nll2d-{r}", aten.nll_loss2d_forward.default,
+             (logp(3, 4, 2, 5), target(4, 3, 2, 5, ignore=-1), torch.rand(4, generator=g), r, -1)),
+        ]
+    for r in (0, 1, 2):
+        x, t, w = logp(5, 3), target(3, 5, ignore=2), torch.rand(3, generator=g)
+        _, tw = aten.nll_loss_forward(x, t, w, r, 2)
+        grad = torch.randn(5, generator=g) if r == 0 else torch.randn((), generator=g)
+        cases.append((f"nll_bwd-{r}", aten.nll_loss_backward.default, (grad, x, t, w, r, 2, tw)))
+        x2, t2 = logp(3, 4, 2, 3), target(4, 3, 2, 3)
+        _, tw2 = aten.nll_loss2d_forward(x2, t2, None, r, -100)
+        grad2 = torch.randn(3, 2, 3, generator=g) if r == 0 else torch.randn((), generator=g)
+        cases.append((f"nll2d_bwd-{r}", aten.nll_loss2d_backward.default,
+                      (grad2, x2, t2, None, r, -100, tw2)))
+    return cases
+
+
+# local_redistribute.unshard compares replicas with torch.equal, so NaN replicas (the mean
+# of an empty tensor) "disagree"; reported as a harness bug
+_NAN_REPLICAS = pytest.mark.xfail(strict=True, reason="unshard: NaN replicas compare unequal")
+
+
+def _mse_cases():
+    cases = []
+    for r in (0, 1, 2):
+        cases += [
+            (f"mse-{r}", aten.mse_loss.default, (logp(5, 3), logp(5, 3), r)),
+            (f"mse-even-{r}", aten.mse_loss.default, (logp(8, 3), logp(8, 3), r)),
+            (f"mse-f64-{r}", aten.mse_loss.default, (logp(4, 2, dtype=torch.float64),
+                                                       logp(4, 2, dtype=torch.float64), r)),
+            pytest.param(f"mse-empty-{r}", aten.mse_loss.default, (logp(0, 3), logp(0, 3), r),
+                         marks=[_NAN_REPLICAS] if r == 1 else []),
+            (f"mse_bwd-{r}", aten.mse_loss_backward.default,
+             (torch.randn(5, 3, generator=g) if r == 0 else torch.randn((), generator=g),
+              logp(5, 3), logp(5, 3), r)),
+        ]
+    return cases + [("mse-default", aten.mse_loss.default, (logp(8, 2), logp(8, 2)))]
+
+
+CASES = _nll_cases() + _mse_cases()
+IDS = [c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("name,op,args", CASES, ids=IDS)
+def test_every_strategy_is_sound(name, op, args, mesh_shape):
+    assert check_op(op, args, {}, mesh_shape) == []
+
+
+def test_keyword_reduction():
+    args = (logp(8, 3), logp(8, 3))
+    for mesh_shape in MESHES:
+        assert check_op(aten.mse_loss.default, args, {"reduction": 2}, mesh_shape) == []
+
+
+def test_mean_over_batch_shards_is_not_offered():
+    spec = op_spec(aten.nll_loss_forward.default, (logp(6, 4), target(4, 6), None, 1, -100),
+                   {}, (2,))
+    got = [repr(s) for s in per_dim_strategies(spec)[0]]
+    assert not any(s.startswith("Strategy(S(0)") for s in got)
+    spec = op_spec(aten.mse_loss.default, (logp(6, 4), logp(6, 4)), {}, (4,))  # 6 % 4 != 0
+    assert not any("S(0)" in repr(s) for s in per_dim_strategies(spec)[0])
+
+
+# -- end to end on simpg --------------------------------------------------------------------
+def _world(mesh_shape, fn):
+    n = 1
+    for s in mesh_shape:
+        n *= s
+    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "none"])
+def test_nll_loss_on_batch_shards(reduction):
+    torch.manual_seed(0)
+    logits = torch.randn(7, 5).log_softmax(1)
+    labels = torch.randint(0, 5, (7,))
+    labels[2] = -100
+    ref_x = logits.clone().requires_grad_()
+    ref = F.nll_loss(ref_x, labels, reduction=reduction)
+    ref.sum().backward()
+
+    def body(mesh):
+        x = distribute_tensor(logits, mesh, [Shard(0)]).requires_grad_()
+        t = distribute_tensor(labels, mesh, [Shard(0)])
+        with simpg.trace() as tr:
+            loss = F.nll_loss(x, t, reduction=reduction)
+        want = (Partial(),) if reduction == "sum" else (Shard(0),)
+        assert loss.placements == want and not tr.records
+        assert torch.allclose(loss.full_tensor(), ref, atol=1e-6)
+        with fallback_policy("silent"):
+            loss.sum().backward()
+        assert x.grad.placements == (Shard(0),)
+        assert torch.allclose(x.grad.full_tensor(), ref_x.grad, atol=1e-6)
+
+    _world((3,), body)
+
+
+def test_cross_entropy_mean_is_exact_via_replicate():
+    torch.manual_seed(1)
+    logits = torch.randn(5, 4)
+    labels = torch.randint(0, 4, (5,))
+    ref_x = logits.clone().requires_grad_()
+    F.cross_entropy(ref_x, labels).backward()
+
+    def body(mesh):
+        x = distribute_tensor(logits, mesh, [Shard(0), Replicate()]).requires_grad_()
+        with fallback_policy("silent"):  # _log_softmax: another family's rule
+            loss = F.cross_entropy(x, distribute_tensor(labels, mesh, [Shard(0), Replicate()]))
+        assert torch.allclose(loss.full_tensor(), F.cross_entropy(logits, labels), atol=1e-6)
+        with fallback_policy("silent"):
+            loss.backward()
+        assert torch.allclose(x.grad.full_tensor(), ref_x.grad, atol=1e-6)
+
+    _world((2, 2), body)
+
+
+def test_mse_loss_sum_and_even_mean():
+    torch.manual_seed(2)
+    a, b = torch.randn(8, 3), torch.randn(8, 3)
+
+    def body(mesh):
+        da = distribute_tensor(a, mesh, [Shard(0), Shard(0)])
+        db = distribute_tensor(b, mesh, [Shard(0), Shard(0)])
+        with simpg.trace() as tr:
+            s = F.mse_loss(da, db, reduction="sum")
+            m = F.mse_loss(da, db)
+        assert s.placements == (Partial(), Partial()) and not tr.records
+        assert m.placements == (Partial("avg"), Partial("avg"))
+        assert torch.allclose(s.full_tensor(), F.mse_loss(a, b, reduction="sum"))
+        assert torch.allclose(m.full_tensor(), F.mse_loss(a, b))
+
+    _world((2, 2), body)
