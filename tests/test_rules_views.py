@@ -1,0 +1,207 @@
+"""View and shape ops: every strategy sound (harness), the view math, and runs on simpg."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import simpg
+from dtensor import Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from dtensor.ops.propagate import per_dim_strategies
+from dtensor.ops.soundness import check_op, op_spec
+from dtensor.ops.views import view_groups, view_shards
+
+aten = torch.ops.aten
+MESHES = [(2,), (3,), (2, 2), (4,)]
+BIG = 9223372036854775807  # what x[1:] passes as the end of a slice
+
+
+def _r(*shape, dtype=torch.float64):
+    g = torch.Generator().manual_seed(sum(shape) + len(shape))
+    if dtype.is_floating_point:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+    return torch.randint(-4, 5, shape, generator=g, dtype=dtype)
+
+
+X = _r(5, 3, 4)
+CASES = [
+    ("transpose", aten.transpose.int, (X, 0, -1), {}),
+    ("transpose-int", aten.transpose.int, (_r(5, 3, dtype=torch.int64), 1, 0), {}),
+    ("t", aten.t.default, (_r(5, 3),), {}),
+    ("t-1d", aten.t.default, (_r(5),), {}),
+    ("permute", aten.permute.default, (X, [2, 0, -2]), {}),
+    ("unsqueeze-last", aten.unsqueeze.default, (X, -1), {}),
+    ("unsqueeze-mid", aten.unsqueeze.default, (X, 1), {}),
+    ("squeeze-all", aten.squeeze.default, (_r(5, 1, 3, 1),), {}),
+    ("squeeze-even", aten.squeeze.default, (_r(8, 1, 4),), {}),
+    ("squeeze-dim", aten.squeeze.dim, (_r(1, 5, 1), 0), {}),
+    ("squeeze-dims", aten.squeeze.dims, (_r(1, 5, 1), [0, 1, 2]), {}),
+    ("flip", aten.flip.default, (X, [0, 2]), {}),
+    ("roll-dim", aten.roll.default, (X, [1], [1]), {}),
+    ("roll-flat", aten.roll.default, (X, [2]), {}),
+    ("slice-part", aten.slice.Tensor, (X, 1, 1, 3), {}),
+    ("slice-whole", aten.slice.Tensor, (X, 0, 0, BIG), {}),
+    ("slice-step", aten.slice.Tensor, (X, 0, None, None, 2), {}),
+    ("slice-kw", aten.slice.Tensor, (X,), {"dim": 2, "start": 1}),
+    ("select", aten.select.int, (X, 1, -1), {}),
+    ("split", aten.split.Tensor, (X, 2), {}),
+    ("split-dim", aten.split.Tensor, (X, 3, 2), {}),
+    ("split_with_sizes", aten.split_with_sizes.default, (X, [1, 2], 1), {}),
+    ("unbind", aten.unbind.int, (X, 1), {}),
+    ("unbind-default", aten.unbind.int, (_r(2, 3),), {}),
+    ("repeat", aten.repeat.default, (X, [2, 1, 1, 2]), {}),
+    ("cat", aten.cat.default, ([X, _r(5, 2, 4)], 1), {}),
+    ("cat-legacy-empty", aten.cat.default, ([X, torch.zeros(0, dtype=torch.float64)],), {}),
+    ("cat-int", aten.cat.default, ([_r(3, 2, dtype=torch.int64)] * 2, -1), {}),
+    ("stack", aten.stack.default, ([X, X], -1), {}),
+    ("stack-default", aten.stack.default, ([X, X],), {}),
+    ("view-split-last", aten.view.default, (X, [5, -1]), {}),
+    ("view-merge", aten.view.default, (X, [-1, 4]), {}),
+    ("view-merge-even", aten.view.default, (_r(8, 3), [-1]), {}),
+    ("view-merge-uneven", aten.view.default, (_r(6, 4), [-1]), {}),
+    ("view-split", aten.view.default, (_r(24), [-1, 3]), {}),
+    ("view-split-3", aten.view.default, (_r(12), [-1, 2, 2]), {}),
+    ("view-regroup", aten.view.default, (_r(4, 6), [-1, 4]), {}),
+    ("view-global-sizes", aten.view.default, (X, [60]), {}),
+    ("view-size1", aten.view.default, (_r(3, 1, 4), [3, -1]), {}),
+    ("view-lead1", aten.view.default, (_r(1, 8), [-1]), {}),
+    ("view-empty", aten.view.default, (_r(0, 4), [-1, 2]), {}),
+    ("unsafe_view", aten._unsafe_view.default, (_r(8, 3), [-1, 3, 1]), {}),
+    ("expand-kept", aten.expand.default, (_r(5, 1), [-1, 3]), {}),
+    ("expand-global", aten.expand.default, (_r(5, 1), [2, 5, 3]), {}),
+    ("expand-lead", aten.expand.default, (_r(3), [4, -1]), {}),
+    ("slice_backward", aten.slice_backward.default, (_r(5, 2, 4), [5, 3, 4], 1, 1, 3, 1), {}),
+    ("select_backward", aten.select_backward.default, (_r(5, 4), [5, 3, 4], 1, 2), {}),
+]
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("name,op,args,kwargs", CASES, ids=[c[0] for c in CASES])
+def test_every_strategy_is_sound(name, op, args, kwargs, mesh_shape):
+    assert check_op(op, args, kwargs, mesh_shape) == []
+
+
+def _shard_pairs(op, args, mesh_shape=(2,), mesh_dim=0):
+    strategies = per_dim_strategies(op_spec(op, args, {}, mesh_shape))[mesh_dim]
+    return {(s.inputs[0].dim, s.outputs[0].dim) for s in strategies
+            if isinstance(s.inputs[0], Shard)}
+
+
+def test_dims_that_move_elements_across_chunks_are_never_sharded():
+    assert _shard_pairs(aten.flip.default, (X, [0, 2])) == {(1, 1)}
+    assert _shard_pairs(aten.roll.default, (X, [2])) == set()
+    assert _shard_pairs(aten.slice.Tensor, (X, 1, 1, 3)) == {(0, 0), (2, 2)}
+    assert _shard_pairs(aten.slice.Tensor, (X, 1, 0, BIG)) == {(0, 0), (1, 1), (2, 2)}
+    assert _shard_pairs(aten.repeat.default, (X, [2, 1, 1, 2])) == {(0, 1), (1, 2)}
+    assert _shard_pairs(aten.select.int, (X, 1, 0)) == {(0, 0), (2, 1)}
+
+
+def test_view_groups_and_shards_follow_the_outermost_dim():
+    assert view_groups((2, 6, 4), (12, 4)) == [([0, 1], [0]), ([2], [1])]
+    assert view_groups((3, 1, 4), (3, 4)) == [([0], [0]), ([1, 2], [1])]
+    assert view_groups((6,), (6, 1)) == [([0], [0]), ([], [1])]
+    assert view_shards((8, 3), (24,), 4) == [(0, 0)]  # 8 rows chunk 2 each = 6 elements each
+    assert view_shards((6, 4), (24,), 4) == []  # rows 2, 2, 2, 0 but elements 6, 6, 6, 6
+    assert view_shards((24,), (6, 4), 3) == [(0, 0)]
+    assert view_shards((4, 6), (6, 4), 2) == [(0, 0)]  # both outer sizes split evenly
+    assert view_shards((4, 6), (6, 4), 4) == []
+    assert view_shards((5, 1), (5,), 4) == [(0, 0)]  # nothing inside the outer dim
+    assert view_shards((0, 4), (2, 0), 2) == []
+
+
+def test_view_shards_nested_mesh_dims_by_the_product_of_their_sizes():
+    # (4, 3) -> (12,) splits rows evenly by 2, but by 2 then 3 (mesh (2, 3)) it needs 4 % 6
+    assert _shard_pairs(aten.view.default, (_r(4, 3), [-1]), (2, 3), 0) == {(0, 0)}
+    assert _shard_pairs(aten.view.default, (_r(4, 3), [-1]), (2, 3), 1) == set()
+
+
+def test_size_arguments_as_called_keep_view_and_expand_replicated():
+    # Note [global size arguments]: each rank would be asked for the global shape
+    assert _shard_pairs(aten.view.default, (_r(8, 3), [24])) == set()
+    assert _shard_pairs(aten.view.default, (_r(8, 3), [-1])) == {(0, 0)}
+    assert _shard_pairs(aten.expand.default, (_r(5, 1), [5, 3])) == set()
+    assert _shard_pairs(aten.expand.default, (_r(5, 1), [-1, 3])) == {(0, 0)}
+
+
+# -- end to end on simpg -------------------------------------------------------------------------
+def _world(mesh_shape, fn):
+    n = 1
+    for s in mesh_shape:
+        n *= s
+    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
+
+
+def test_shape_ops_keep_shards_without_communication_on_a_2d_mesh():
+    x = torch.randn(5, 6, 3)
+
+    def body(mesh):
+        d = distribute_tensor(x, mesh, [Shard(0), Shard(1)])
+        with simpg.trace() as t:
+            y = d.transpose(0, 2).unsqueeze(0).flip(0)   # S(0),S(1) -> S(3),S(2)
+            z = torch.cat([y, y[:, :2]], dim=1)
+            w = z.squeeze(0).permute(2, 1, 0)[:, :, 1:]
+        assert y.placements == (Shard(3), Shard(2)) and w.placements == (Shard(0), Shard(1))
+        assert not t.records
+        return w.full_tensor()
+
+    want = torch.cat([x.transpose(0, 2), x.transpose(0, 2)[:2]], 0).permute(2, 1, 0)[:, :, 1:]
+    for got in _world((2, 2), body):
+        assert torch.equal(got, want)
+
+
+def test_partial_passes_through_views_stack_and_cat():
+    def body(mesh):
+        import torch.distributed as dist
+
+        local = torch.arange(12.0).reshape(3, 4) * (dist.get_rank() + 1)
+        p = distribute_tensor(torch.zeros(3, 4), mesh, [Replicate()])
+        p = type(p).from_local(local, mesh, [Partial()])
+        with simpg.trace() as t:
+            out = torch.cat([torch.stack([p.view(4, 3), p.t()], 0).flip(2)[0], p.t()[1:]])
+        assert out.placements == (Partial(),) and not t.records
+        return out.full_tensor()
+
+    full = torch.arange(12.0).reshape(3, 4) * 3  # ranks hold 1x and 2x
+    want = torch.cat([torch.stack([full.view(4, 3), full.t()], 0).flip(2)[0], full.t()[1:]])
+    for got in _world((2,), body):
+        assert torch.equal(got, want)
+
+
+def test_slicing_a_sharded_dim_gathers_it_and_the_backward_matches():
+    x = torch.randn(6, 5)
+
+    def f(t):
+        parts = t.split(2, dim=1)
+        return torch.cat([parts[0] * 2, t[:, 1:].select(1, 0).unsqueeze(1), parts[-1]], 1)
+
+    leaf = x.clone().requires_grad_()
+    want = f(leaf)
+    want.sum().backward()
+
+    def body(mesh):
+        d = distribute_tensor(x.clone().requires_grad_(), mesh, [Shard(1)])
+        out = f(d)  # splitting the sharded dim needs it whole: gathered first, correct
+        out.sum().backward()
+        return out.full_tensor(), d.grad.full_tensor()
+
+    for got, grad in _world((3,), body):
+        assert torch.allclose(got, want) and torch.allclose(grad, leaf.grad)
+
+
+def test_reshape_then_unflatten_backward_matches_single_device():
+    x = torch.randn(4, 3, 2)
+
+    def f(t):
+        return t.reshape(12, 2).unflatten(0, (2, 6)).movedim(0, -1).expand(3, 6, 2, 2)
+
+    leaf = x.clone().requires_grad_()
+    f(leaf).pow(2).sum().backward()
+
+    def body(mesh):
+        d = distribute_tensor(x.clone().requires_grad_(), mesh, [Shard(0)])
+        out = f(d)
+        out.pow(2).sum().backward()
+        return out.full_tensor(), d.grad.full_tensor()
+
+    for got, grad in _world((2,), body):
+        assert torch.allclose(got, f(x)) and torch.allclose(grad, leaf.grad)
