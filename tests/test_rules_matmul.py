@@ -207,3 +207,19 @@ def test_attention_sharded_on_heads_runs_locally_forward_and_backward():
         assert torch.allclose(got, want, atol=1e-5)
         for g, e in zip(grads, want_grads):
             assert torch.allclose(g, e, atol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "machinery: vector @ matrix ends in the in-place squeeze_.dim; dispatch keeps the written "
+    "DTensor's spec (shape) as it was, so the fallback's write-back of the squeezed value fails"))
+def test_vector_times_matrix_through_in_place_squeeze():
+    v, w = torch.randn(3), torch.randn(3, 4)
+
+    def body(mesh):
+        with fallback_policy("silent"):
+            out = distribute_tensor(v, mesh, [Replicate()]) @ distribute_tensor(w, mesh,
+                                                                                [Shard(1)])
+        return out.full_tensor()
+
+    for got in _world((2,), body):
+        assert torch.allclose(got, v @ w)
