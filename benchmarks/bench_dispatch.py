@@ -92,7 +92,8 @@ def main() -> None:
     args = parser.parse_args()
     iters, rounds = (50, 3) if args.quick else (300, 5)
     figures = simpg.run(body, 4, iters, rounds, timeout=600)[0]
-    print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{' --quick' if args.quick else ''}")
+    flag = " --quick" if args.quick else ""
+    print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{flag}")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{datetime.datetime.now().isoformat(timespec='seconds')}, 4 simpg ranks, 8x8 float32\n")
     print("| op | plain (µs) | ours (µs) | torch DTensor (µs) | ours / torch |")

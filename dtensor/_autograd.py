@@ -33,7 +33,8 @@ def _moved(local: torch.Tensor, spec: DTensorSpec, placements: Sequence[Placemen
 
 class FromLocal(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, local: torch.Tensor, spec: DTensorSpec) -> DTensor:  # type: ignore[override]
+    def forward(ctx: Any, local: torch.Tensor,  # type: ignore[override]
+                spec: DTensorSpec) -> DTensor:
         from dtensor.tensor import DTensor
 
         ctx.spec = spec

@@ -48,7 +48,8 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
     The result is a leaf that requires grad if ``tensor`` did.
     """
     if not isinstance(device_mesh, DeviceMesh):
-        raise TypeError(f"device_mesh must be a dtensor DeviceMesh, got {type(device_mesh).__name__}")
+        raise TypeError(f"device_mesh must be a dtensor DeviceMesh, got "
+                        f"{type(device_mesh).__name__}")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
     full = tensor.detach()
     if src_data_rank is not None:

@@ -31,7 +31,8 @@ def check_local_shapes(local: torch.Tensor, mesh: DeviceMesh, placements: Sequen
     ndims = {len(s) for s, _ in seen}
     if len(ndims) > 1:
         detail = ", ".join(f"{c}: {s}" for c, (s, _) in by_coord.items())
-        raise ValueError(f"from_local(run_check=True): ranks hold tensors of different ndim: {detail}")
+        raise ValueError(
+            f"from_local(run_check=True): ranks hold tensors of different ndim: {detail}")
     global_shape = tuple(shape) if shape is not None else _implied_shape(by_coord, mesh, placements)
     bad = []
     for coord, (got, _) in by_coord.items():

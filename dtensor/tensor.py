@@ -21,7 +21,8 @@ class DTensor(torch.Tensor):
     (``torch.chunk`` semantics along sharded dims, so pieces may be uneven or empty).
 
     >>> # inside a rank (simpg.run or torchrun):
-    >>> # mesh = init_device_mesh("cpu", (4,)); x = distribute_tensor(torch.ones(6, 2), mesh, [Shard(0)])
+    >>> # mesh = init_device_mesh("cpu", (4,))
+    >>> # x = distribute_tensor(torch.ones(6, 2), mesh, [Shard(0)])
     >>> # x.shape == (6, 2); x.to_local().shape == (2, 2) on ranks 0-2, (0, 2) on rank 3
     """
 

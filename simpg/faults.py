@@ -45,7 +45,8 @@ class _Stalled:
         return self._what
 
 
-def check_faults(faults: tuple[Fault, ...] | list[Fault], world_size: int) -> dict[int, list[Fault]]:
+def check_faults(faults: tuple[Fault, ...] | list[Fault],
+                 world_size: int) -> dict[int, list[Fault]]:
     by_rank: dict[int, list[Fault]] = {}
     for f in faults:
         if not isinstance(f, (RaiseAt, StallAt)):

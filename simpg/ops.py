@@ -14,6 +14,7 @@ autograd must not see it (real backends write from C++, where autograd does not 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -69,7 +70,7 @@ def all_gather(calls: list[Call]) -> Result:
                     f"rank {src} contributes a tensor of shape {tuple(inp.shape)}"
                 )
             _write(out, inp)
-    return _p(calls, "outputs"), lambda: C._ring_gather_traffic(in_bytes=[_nbytes(t) for t in inputs])
+    return _p(calls, "outputs"), partial(C._ring_gather_traffic, [_nbytes(t) for t in inputs])
 
 
 def all_gather_into_tensor(calls: list[Call]) -> Result:
@@ -77,7 +78,7 @@ def all_gather_into_tensor(calls: list[Call]) -> Result:
     gathered = torch.cat([t.detach().reshape(-1) for t in inputs])
     for out in _p(calls, "output"):
         _write(out, gathered.view(out.shape))
-    traffic = lambda: C._ring_gather_traffic(in_bytes=[_nbytes(t) for t in inputs])  # noqa: E731
+    traffic = partial(C._ring_gather_traffic, [_nbytes(t) for t in inputs])
     return _p(calls, "output"), traffic
 
 
@@ -86,7 +87,7 @@ def reduce_scatter(calls: list[Call]) -> Result:
     outputs = C.reduce_scatter(_p(calls, "inputs"), op)
     for out, res in zip(_p(calls, "output"), outputs):
         _write(out, res)
-    traffic = lambda: C._reduce_scatter_traffic(out_bytes=[_nbytes(t) for t in outputs])  # noqa: E731
+    traffic = partial(C._reduce_scatter_traffic, [_nbytes(t) for t in outputs])
     return _p(calls, "output"), traffic
 
 
@@ -97,7 +98,7 @@ def reduce_scatter_tensor(calls: list[Call]) -> Result:
     outputs = C.reduce_scatter([list(f.unbind(0)) for f in flat], op)
     for out, res in zip(_p(calls, "output"), outputs):
         _write(out, res.view(out.shape))
-    traffic = lambda: C._reduce_scatter_traffic(out_bytes=[_nbytes(t) for t in outputs])  # noqa: E731
+    traffic = partial(C._reduce_scatter_traffic, [_nbytes(t) for t in outputs])
     return _p(calls, "output"), traffic
 
 
@@ -116,7 +117,7 @@ def all_to_all_single(calls: list[Call]) -> Result:
             )
         _write(out, res)
     send_bytes = [[int(k) * row[i] for k in splits[i]] for i in range(n)]
-    return _p(calls, "output"), lambda: C._all_to_all_traffic(send_bytes=send_bytes)
+    return _p(calls, "output"), partial(C._all_to_all_traffic, send_bytes)
 
 
 def all_to_all(calls: list[Call]) -> Result:
@@ -131,7 +132,7 @@ def all_to_all(calls: list[Call]) -> Result:
                 )
             _write(out, res)
     send_bytes = [[_nbytes(t) for t in ins] for ins in inputs]
-    return _p(calls, "outputs"), lambda: C._all_to_all_traffic(send_bytes=send_bytes)
+    return _p(calls, "outputs"), partial(C._all_to_all_traffic, send_bytes)
 
 
 def broadcast(calls: list[Call]) -> Result:
@@ -140,7 +141,7 @@ def broadcast(calls: list[Call]) -> Result:
     for t in tensors:
         _write(t, tensors[root])
     n = len(calls)
-    return tensors, lambda: C._broadcast_traffic(nbytes=_nbytes(tensors[root]), root=root, group_size=n)
+    return tensors, partial(C._broadcast_traffic, _nbytes(tensors[root]), root, n)
 
 
 def reduce(calls: list[Call]) -> Result:
@@ -148,7 +149,7 @@ def reduce(calls: list[Call]) -> Result:
     tensors = _p(calls, "tensor")
     _write(tensors[root], C.reduce_tensors(tensors, op))
     n = len(calls)
-    return tensors, lambda: C._reduce_traffic(nbytes=_nbytes(tensors[root]), root=root, group_size=n)
+    return tensors, partial(C._reduce_traffic, _nbytes(tensors[root]), root, n)
 
 
 def gather(calls: list[Call]) -> Result:
@@ -162,7 +163,7 @@ def gather(calls: list[Call]) -> Result:
                 f"sends a tensor of shape {tuple(inp.shape)}"
             )
         _write(out, inp)
-    traffic = lambda: C._gather_traffic(in_bytes=[_nbytes(t) for t in inputs], root=root)  # noqa: E731
+    traffic = partial(C._gather_traffic, [_nbytes(t) for t in inputs], root)
     return _p(calls, "outputs"), traffic
 
 
@@ -177,12 +178,12 @@ def scatter(calls: list[Call]) -> Result:
                 f"scatter_list[{rank}] has shape {tuple(piece.shape)}"
             )
         _write(out, piece)
-    traffic = lambda: C._scatter_traffic(out_bytes=[_nbytes(t) for t in pieces], root=root)  # noqa: E731
+    traffic = partial(C._scatter_traffic, [_nbytes(t) for t in pieces], root)
     return outputs, traffic
 
 
 def barrier(calls: list[Call]) -> Result:
-    return [None] * len(calls), lambda: C._barrier_traffic(group_size=len(calls))
+    return [None] * len(calls), partial(C._barrier_traffic, len(calls))
 
 
 COMPUTE: dict[str, Callable[[list[Call]], Result]] = {

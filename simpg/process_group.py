@@ -337,20 +337,21 @@ class SimProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Work:
         (t,) = self._single("tensors", tensors)
         self._peer("dst", dst)
-        call = self._p2p_call("send", t, _summary("send", shape=_shape(t), dtype=t.dtype, to_group_rank=dst, tag=tag))
+        call = self._p2p_call("send", t, _summary("send", shape=_shape(t), dtype=t.dtype,
+                                                  to_group_rank=dst, tag=tag))
         return self._world.rendezvous.send(call, dst, tag, t)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Work:
         (t,) = self._single("tensors", tensors)
         self._peer("src", src)
-        call = self._p2p_call("recv", t, _summary("recv", shape=_shape(t), dtype=t.dtype, from_group_rank=src,
-                                             tag=tag))
+        call = self._p2p_call("recv", t, _summary("recv", shape=_shape(t), dtype=t.dtype,
+                                                  from_group_rank=src, tag=tag))
         return self._world.rendezvous.recv(call, src, tag, t)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Work:
         (t,) = self._single("tensors", tensors)
-        call = self._p2p_call("recv", t, _summary("recv", shape=_shape(t), dtype=t.dtype, from_group_rank="any",
-                                             tag=tag))
+        call = self._p2p_call("recv", t, _summary("recv", shape=_shape(t), dtype=t.dtype,
+                                                  from_group_rank="any", tag=tag))
         return self._world.rendezvous.recv(call, None, tag, t)
 
     def _p2p_call(self, op: str, t: torch.Tensor, summary: Callable[[], str]) -> Call:

@@ -30,7 +30,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
         return None
     size = marker.args[0] if marker.args else marker.kwargs.get("size")
     if size is None:
-        raise pytest.UsageError(f"{pyfuncitem.nodeid}: @pytest.mark.world needs a size, e.g. world(4)")
+        raise pytest.UsageError(
+            f"{pyfuncitem.nodeid}: @pytest.mark.world needs a size, e.g. world(4)")
     timeout = marker.kwargs.get("timeout", TEST_TIMEOUT_S)
     seed = marker.kwargs.get("schedule_seed")
     names = pyfuncitem._fixtureinfo.argnames

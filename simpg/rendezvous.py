@@ -84,7 +84,8 @@ class Work(dist.Work):
         slot = self._slot
         if isinstance(slot, Slot):
             missing = [slot.group.ranks[i] for i, c in enumerate(slot.calls) if c is None]
-            return f"{self._call.describe()} (call #{slot.seq[1]} of the group; waiting for ranks {missing})"
+            return (f"{self._call.describe()} (call #{slot.seq[1]} of the group; "
+                    f"waiting for ranks {missing})")
         return self._call.describe()
 
     def wait(self, timeout: Any = None) -> bool:
@@ -258,7 +259,8 @@ class Rendezvous:
         nbytes = msg.tensor.numel() * msg.tensor.element_size()
         self._record(
             "send",
-            GroupInfo(group.name, (group.ranks[msg.src], group.ranks[recv.call.group_rank]), group.label),
+            GroupInfo(group.name, (group.ranks[msg.src], group.ranks[recv.call.group_rank]),
+                      group.label),
             [msg.call, recv.call],
             lambda: ((nbytes, 0), (0, nbytes)),
         )

@@ -182,8 +182,7 @@ def _raise_failure(world: World) -> None:
         return
     if world.failed_rank is not None:
         failure.add_note(f"[simpg] raised on rank {world.failed_rank} of {world.size}")
-        if world.schedule_seed is not None:
-            failure.add_note(f"[simpg] replay this interleaving with schedule_seed={world.schedule_seed}")
-    elif world.schedule_seed is not None:
-        failure.add_note(f"[simpg] replay this interleaving with schedule_seed={world.schedule_seed}")
+    if world.schedule_seed is not None:
+        failure.add_note("[simpg] replay this interleaving with "
+                         f"schedule_seed={world.schedule_seed}")
     raise failure

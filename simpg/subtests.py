@@ -42,7 +42,8 @@ def run_subtests(grid: Mapping[str, Sequence[Any]], fn: Callable[..., Any], *arg
     world, rank = ctx
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ValueError(f"grid[{key!r}] must be a non-empty sequence of values, got {values!r}")
+            raise ValueError(
+                f"grid[{key!r}] must be a non-empty sequence of values, got {values!r}")
     keys = list(grid)
     world.subtests_active = True
     failures: list[str] = []

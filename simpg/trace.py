@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 from simpg.records import CollectiveRecord
 
-_open: contextvars.ContextVar[tuple[Trace, ...]] = contextvars.ContextVar("simpg_traces", default=())
+_open: contextvars.ContextVar[tuple[Trace, ...]] = contextvars.ContextVar("simpg_traces",
+                                                                         default=())
 
 
 class Trace:

@@ -387,7 +387,8 @@ class World:
                     if holder is not None
                     else f"no rank ran for {idle:.1f}s"
                 )
-                self._fail_locked(self._deadlock_error(f"timeout ({self.timeout:g}s): {what}"), None)
+                error = self._deadlock_error(f"timeout ({self.timeout:g}s): {what}")
+                self._fail_locked(error, None)
 
     def _describe(self, r: RankSlot) -> str:
         if r.status is Status.BLOCKED and r.waiting_for is not None:

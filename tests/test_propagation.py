@@ -88,7 +88,8 @@ def test_partial_stays_partial_through_linear_ops_only():
         return lin.full_tensor(), nonlin.full_tensor()
 
     lin, nonlin = _world((4,), body)[0]
-    assert torch.equal(lin, torch.full((3, 2), 50.0)) and torch.equal(nonlin, torch.full((3, 2), 100.0))
+    assert torch.equal(lin, torch.full((3, 2), 50.0))
+    assert torch.equal(nonlin, torch.full((3, 2), 100.0))
 
 
 def test_choice_by_cost_moves_the_smaller_operand():
@@ -156,19 +157,34 @@ def test_explain_lists_chosen_strategy_and_moves():
     assert "aten.add.Tensor" in table and "move input" in table
 
 
+@torch.library.custom_op("dtensor_tests::running_total", mutates_args=())
+def running_total(x: torch.Tensor) -> torch.Tensor:
+    """An op no rule will ever cover: it exercises the fallback."""
+    return x.cumsum(0)
+
+
 def test_fallback_policy_warns_once_or_raises():
     def body(mesh):
         a = distribute_tensor(torch.arange(6.0), mesh, [Shard(0)])
         with fallback_policy("error"):
             with pytest.raises(NoShardingRuleError, match="has no sharding rule"):
-                torch.cumsum(a, 0)
+                running_total(a)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            running_total(a)
+            running_total(a)
+        warned = [str(w.message) for w in seen if "no sharding rule" in str(w.message)]
         with fallback_policy("silent"):
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                out = torch.cumsum(a, 0)
-        return out.full_tensor()
+                out = running_total(a)
+        return out.full_tensor(), out.placements, warned
 
-    assert torch.equal(_world((2,), body)[0], torch.arange(6.0).cumsum(0))
+    results = _world((2,), body)
+    full, placements, _ = results[0]
+    assert torch.equal(full, torch.arange(6.0).cumsum(0)) and placements == (Replicate(),)
+    warned = [w for _, _, ws in results for w in ws]  # once per op per process
+    assert len(warned) == 1 and "running_total" in warned[0]
 
 
 def test_check_replicated_catches_a_plain_tensor_that_differs():

@@ -22,7 +22,8 @@ def test_mismatched_op_shows_every_ranks_call_with_file_and_line():
     with pytest.raises(simpg.CollectiveMismatchError) as info:
         simpg.run(body, 3)
     msg = str(info.value)
-    assert "rank 0: all_reduce" in msg and "rank 1: broadcast" in msg and "rank 2: all_reduce" in msg
+    assert "rank 0: all_reduce" in msg and "rank 1: broadcast" in msg
+    assert "rank 2: all_reduce" in msg
     assert "test_simpg_diagnostics.py:" in msg
 
 

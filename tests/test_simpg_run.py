@@ -22,7 +22,8 @@ def _value(rank: int, dtype: torch.dtype, shape=(3,)) -> torch.Tensor:
 
 
 def test_run_returns_results_in_rank_order():
-    assert simpg.run(lambda: (dist.get_rank(), dist.get_world_size()), 3) == [(0, 3), (1, 3), (2, 3)]
+    out = simpg.run(lambda: (dist.get_rank(), dist.get_world_size()), 3)
+    assert out == [(0, 3), (1, 3), (2, 3)]
 
 
 def test_run_passes_args_and_kwargs():

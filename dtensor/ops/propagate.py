@@ -4,8 +4,9 @@ Note [choice by cost]
 Every combination of the rule's per-mesh-dim strategies is a candidate; a candidate's cost is
 the bytes the planner needs to move each input from its current placements to the ones the
 candidate requires (``plan_bytes``, the proven-minimal plan). The cheapest wins; ties go to the
-candidate touching fewer inputs, then to fewer Partial outputs, then to the rule's own order. Decisions are cached per
-(op, input specs, arguments, pins), so steady-state dispatch does no rule work.
+candidate touching fewer inputs, then to fewer Partial outputs, then to the rule's own order.
+Decisions are cached per (op, input specs, arguments, pins), so steady-state dispatch does no
+rule work.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ def _check_output(j: int, full_out: torch.Tensor, placements: tuple[Placement, .
                             full_out.double() if not full_out.is_complex() else full_out,
                             rtol=rtol, atol=atol, equal_nan=True)
     if not ok:
-        return f"output {j} assembled under {fmt_placements(placements)} differs from the op's result"
+        return (f"output {j} assembled under {fmt_placements(placements)} differs from the "
+                "op's result")
     return None
 
 
