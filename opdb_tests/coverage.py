@@ -1,0 +1,221 @@
+"""The coverage report: ``.venv/bin/python -m opdb_tests.coverage``.
+
+Runs the base sweep (``sweep.BASE``, the same cases the default test tier starts from) over
+every OpInfo variant and writes, next to this file:
+
+- ``coverage_matrix.txt``: one line per variant, one cell per (tier, placement kind): ``+``
+  every case passed, ``x`` some failed, ``.`` no case of that kind, ``-`` tier not applicable.
+  Its first line records ``inputs_hash()``; a test fails when the hash no longer matches.
+- ``COVERAGE.md``: the counts (rule, sound for all placements, end to end forward, backward),
+  overall and per op family.
+- ``coverage.png``: heatmap of op families by placement kind (share of variants passing).
+
+``--update-expected`` also rewrites ``expected_failures.py`` from the sweep, keeping the
+reasons of entries that still fail. ``--workers N`` (default: CPU count) runs entries in
+N processes; ``--only KEY...`` sweeps some variants and prints their failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MATRIX = HERE / "coverage_matrix.txt"
+MARKDOWN = HERE / "COVERAGE.md"
+PICTURE = HERE / "coverage.png"
+EXPECTED_FILE = HERE / "expected_failures.py"
+# the sources that determine the matrix: the runtime and the sweep engine
+ENGINE = ("cases.py", "checks.py", "sweep.py")
+TIER_NAMES = {"sound": "sound", "forward": "fwd", "backward": "bwd"}
+
+
+def inputs_hash() -> str:
+    """sha256 over the torch version, every dtensor/ source and the engine sources."""
+    import torch
+
+    h = hashlib.sha256(torch.__version__.encode())
+    files = sorted((ROOT / "dtensor").rglob("*.py")) + [HERE / n for n in ENGINE]
+    for f in files:
+        h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def recorded_hash() -> str | None:
+    if not MATRIX.exists():
+        return None
+    first = MATRIX.read_text().split("\n", 1)[0]
+    return first.split("inputs-hash:", 1)[1].strip() if "inputs-hash:" in first else None
+
+
+# -- cells ------------------------------------------------------------------------------------
+
+
+def cell(r, tier: str, kind: str) -> str:  # r: sweep.Result
+    if r.random or (tier == "sound" and not r.rule_level) or (tier == "backward"
+                                                              and not r.backward):
+        return "-"
+    failed = r.failed_kinds(tier)
+    if "" in failed:  # no rule at all: every kind fails
+        return "x"
+    if kind in failed:
+        return "x"
+    return "+" if kind in r.tried[tier] else "."
+
+
+def status(r) -> str:
+    if r.random:
+        return "random"
+    if not r.aten:
+        return "no-samples"
+    return ("rule" if r.has_rule else "no-rule") + ("" if r.rule_level else "/composite")
+
+
+def passes(r, tier: str) -> bool:
+    return not r.random and bool(r.tried[tier]) and not r.failed(tier)
+
+
+def matrix_text(results: Sequence, digest: str) -> str:
+    from opdb_tests.cases import KINDS
+
+    width = max(len(r.key) for r in results) + 2
+    head = " | ".join(f"{TIER_NAMES[t]}: " + " ".join(f"{k:<3}" for k in KINDS)
+                      for t in TIER_NAMES)
+    lines = [f"# inputs-hash: {digest}  (regenerate: .venv/bin/python -m opdb_tests.coverage)",
+             "# + all cases passed   x some failed   . no case of that kind   - not applicable",
+             f"{'variant':<{width}}{'status':<20}{head}"]
+    for r in results:
+        cells = " | ".join(f"{TIER_NAMES[t]}: " + " ".join(f"{cell(r, t, k):<3}" for k in KINDS)
+                           for t in TIER_NAMES)
+        lines.append(f"{r.key:<{width}}{status(r):<20}{cells}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# -- counts -----------------------------------------------------------------------------------
+
+
+def counts(results: Sequence) -> dict[str, int]:
+    tested = [r for r in results if r.aten and not r.random]
+    return {
+        "variants": len(results),
+        "with samples": sum(bool(r.aten) for r in results),
+        "random (skipped)": sum(bool(r.random) for r in results),
+        "one aten op (rule level)": sum(r.rule_level for r in tested),
+        "with a rule": sum(r.has_rule for r in tested),
+        "sound for all placements": sum(r.rule_level and r.has_rule and passes(r, "sound")
+                                        for r in tested),
+        "end to end forward": sum(passes(r, "forward") for r in tested),
+        "backward (of autograd float)": sum(passes(r, "backward") for r in tested),
+        "autograd float": sum(r.backward for r in tested),
+    }
+
+
+def family_rows(results: Sequence) -> tuple[list[str], list[str], list[list[float | None]]]:
+    from opdb_tests.cases import KINDS
+
+    fams = sorted({r.family for r in results})
+    cols = [f"{TIER_NAMES[t]} {k}" for t in TIER_NAMES for k in KINDS]
+    values = []
+    for fam in fams:
+        rs = [r for r in results if r.family == fam]
+        row: list[float | None] = []
+        for t in TIER_NAMES:
+            for k in KINDS:
+                cs = [cell(r, t, k) for r in rs]
+                n = sum(c in "+x" for c in cs)
+                row.append(sum(c == "+" for c in cs) / n if n else None)
+        values.append(row)
+    return fams, cols, values
+
+
+def markdown(results: Sequence, digest: str) -> str:
+    c = counts(results)
+    fams = sorted({r.family for r in results})
+    out = ["# op_db coverage", "",
+           "Generated by `.venv/bin/python -m opdb_tests.coverage` from the base sweep "
+           f"(inputs-hash `{digest}`; first sample of each OpInfo, soundness on meshes (3,) and "
+           "(2,2), end to end on (2,) and (2,2)). Per-variant cells: "
+           "[`coverage_matrix.txt`](coverage_matrix.txt).", "",
+           "![coverage heatmap](coverage.png)", "",
+           "| | count |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in c.items()]
+    out += ["", "## By family (OpInfo class)", "",
+            "| family | variants | rule level | with rule | sound | forward | backward |",
+            "|---|---|---|---|---|---|---|"]
+    for fam in fams:
+        fc = counts([r for r in results if r.family == fam])
+        out.append(f"| {fam} | {fc['variants']} | {fc['one aten op (rule level)']} | "
+                   f"{fc['with a rule']} | {fc['sound for all placements']} | "
+                   f"{fc['end to end forward']} | {fc['backward (of autograd float)']}/"
+                   f"{fc['autograd float']} |")
+    out += ["", "Placement kinds: `R` all Replicate; `S` sharded evenly; `S~` some shard uneven; "
+            "`P` some input Partial; `2-D` any case on a 2-D mesh.", ""]
+    return "\n".join(out)
+
+
+# -- expected failures -------------------------------------------------------------------------
+
+
+def update_expected(results: Sequence) -> int:
+    from opdb_tests import expectations
+    from opdb_tests.checks import TIERS
+    from opdb_tests.expected_failures import EXPECTED, SKIP
+
+    new: dict[tuple[str, str], str] = {}
+    skip = {k: v for k, v in SKIP.items()}
+    for r in results:
+        if r.random:
+            skip.setdefault(r.key, f"random: calls {r.random} (nondeterministic_seeded); a "
+                                   "sharded draw cannot equal one device's draw")
+            continue
+        for t in TIERS:
+            fs = [f for f in r.failures if f.tier == t]
+            if fs:
+                new[(r.key, t)] = EXPECTED.get((r.key, t)) or expectations.classify(fs)
+    EXPECTED_FILE.write_text(expectations.render(new, skip))
+    return len(new)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m opdb_tests.coverage", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--update-expected", action="store_true")
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from opdb_tests.cases import entries
+    from opdb_tests.sweep import BASE, sweep
+
+    keys = args.only or [e.key for e in entries()]
+    results = sweep(keys, BASE, workers=min(args.workers, len(keys)))
+    if args.only:
+        for r in results:
+            print(f"{r.key}: {status(r)}, aten {', '.join(r.aten)}")
+            for f in r.failures:
+                print(f.report())
+        return 0
+    digest = inputs_hash()
+    MATRIX.write_text(matrix_text(results, digest))
+    MARKDOWN.write_text(markdown(results, digest))
+    from opdb_tests.png import heatmap
+
+    fams, cols, values = family_rows(results)
+    heatmap(str(PICTURE), fams, cols, values, title="OP_DB COVERAGE: PERCENT PASSING BY FAMILY")
+    if args.update_expected:
+        n = update_expected(results)
+        print(f"wrote {EXPECTED_FILE.relative_to(ROOT)} ({n} entries)")
+    for k, v in counts(results).items():
+        print(f"{k:>32}: {v}")
+    print(f"wrote {MATRIX.relative_to(ROOT)}, {MARKDOWN.relative_to(ROOT)}, "
+          f"{PICTURE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

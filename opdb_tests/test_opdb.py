@@ -1,0 +1,109 @@
+"""Every OpInfo of torch's op_db against our sharding rules and runtime.
+
+One test per OpInfo variant (``test_op[add]``): the fixed base cases (``sweep.BASE``: the
+first sample, soundness of every strategy on meshes (3,) and (2, 2), end to end forward and
+backward on (2,) and (2, 2) in one simpg world each), then hypothesis draws further meshes
+(1-D and 2-D, 1 to 8 ranks), samples and placements for every tensor argument. Failures
+are judged against ``expected_failures.py`` (strict both ways) and print a reproducer.
+
+The exhaustive sweep (every sample, five meshes per tier, more draws) is ``-m slow``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opdb_tests import cases, coverage, expectations, sweep
+from opdb_tests.cases import MESHES, Entry, aten_call, entries, placement_options, samples
+from opdb_tests.checks import TIERS, Failure, soundness
+from opdb_tests.expected_failures import EXPECTED, SKIP
+
+KEYS = [e.key for e in entries()]
+
+
+def _budget(ci: int) -> int:
+    """Hypothesis draws per OpInfo: a fixed ``ci`` budget in the ci profile, else the
+    profile's own ``max_examples`` (dev: 200, debug: 10)."""
+    if settings.get_current_profile_name() == "ci":
+        return ci
+    return settings.default.max_examples
+
+
+def _explore(e: Entry, r: sweep.Result, tiers: set[str], n_samples: int, budget: int) -> None:
+    """Draw meshes, samples and placements; raise (with reproducers) on the first failure of a
+    tier not expected to fail, so that hypothesis shrinks it."""
+    ss = samples(e, n_samples)
+    if not ss or not tiers or budget == 0:
+        return
+
+    @settings(max_examples=budget, database=None)
+    @given(st.data())
+    def draw(data: st.DataObject) -> None:
+        s = data.draw(st.sampled_from(ss), label="sample")
+        mesh = data.draw(st.sampled_from(MESHES), label="mesh")
+        placements = tuple(
+            tuple(data.draw(st.sampled_from(placement_options(t)), label=f"tensor {i}")
+                  for _ in mesh)
+            for i, t in enumerate(s.tensors()))
+        call = aten_call(e, s)
+        failures: list[Failure] = []
+        if "sound" in tiers and call is not None:
+            failures += soundness(e, s, call, mesh)[0]
+        e2e = [t for t in ("forward", "backward") if t in tiers]
+        failures += [f for f in sweep.run_world(mesh, [(e, s, call, placements, t) for t in e2e])
+                     if f is not None]
+        if failures:
+            raise AssertionError("\n".join(f.report() for f in failures[:3]))
+
+    draw()
+
+
+def _tiers(r: sweep.Result) -> list[str]:
+    tiers = ["sound"] if r.rule_level else []
+    return tiers + ["forward"] + (["backward"] if r.backward else [])
+
+
+def _check(key: str, cfg: sweep.Config, ci_budget: int, n_samples: int) -> None:
+    if key in SKIP:
+        pytest.skip(SKIP[key])
+    e = cases.entry(key)
+    r = sweep.sweep_entry(e, cfg)
+    assert not r.random, (f"{key} calls {r.random} (random): list it in SKIP of "
+                          "opdb_tests/expected_failures.py")
+    tiers = _tiers(r)
+    problems = expectations.judge(key, tiers, r.failures)
+    assert not problems, "\n\n".join(problems)
+    clean = {t for t in tiers if expectations.expected(key, t) is None}
+    _explore(e, r, clean, n_samples, _budget(ci_budget))
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_op(key: str) -> None:
+    _check(key, sweep.BASE, ci_budget=2, n_samples=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", KEYS)
+def test_op_exhaustive(key: str) -> None:
+    _check(key, sweep.EXHAUSTIVE, ci_budget=25, n_samples=None)  # type: ignore[arg-type]
+
+
+def test_expected_failures_name_real_variants_and_tiers() -> None:
+    known = set(KEYS)
+    bad = [kt for kt in EXPECTED if kt[0] not in known or kt[1] not in TIERS]
+    bad += [(k, "skip") for k in SKIP if k not in known]
+    assert not bad, f"expected_failures.py names unknown (variant, tier) pairs: {bad}"
+    empty = [kt for kt, reason in EXPECTED.items() if not reason.strip()]
+    assert not empty, f"entries without a reason: {empty}"
+
+
+def test_coverage_matrix_is_fresh() -> None:
+    """The checked-in matrix records a hash of everything that determines it (dtensor/ and
+    the opdb_tests engine sources, the torch version); any change to them makes it stale."""
+    recorded = coverage.recorded_hash()
+    assert recorded == coverage.inputs_hash(), (
+        "opdb_tests/coverage_matrix.txt is stale (dtensor/ or the opdb_tests engine changed "
+        "since it was written): run  .venv/bin/python -m opdb_tests.coverage  and commit the "
+        "matrix, COVERAGE.md and coverage.png")
