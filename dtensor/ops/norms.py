@@ -1,1 +1,269 @@
-"""Sharding rules: norms (being written)."""
+"""Normalization: softmax/log_softmax, layer_norm, rms_norm, group_norm, batch_norm, and the
+backward ops they emit. (relu/gelu/silu/tanh and their backward ops are tagged pointwise and
+take the generic rule.)
+
+A normalization computes statistics over some dims and applies them elementwise. Per mesh
+dim, a Shard is sound on a dim the statistics do not span (each rank has whole groups); a
+Shard on a spanned dim would need a reduction inside the op, so it needs Replicate there.
+
+Note [backward is linear in grad_out]
+Every backward here is linear in ``grad_out`` with the other inputs fixed (the saved
+statistics are constants), so ``P(sum)``/``P(avg)`` ``grad_out`` with the rest Replicate
+gives the same Partial on every gradient: g = g1 + g2 gives dx = dx1 + dx2, dw = dw1 + dw2.
+
+Note [batch-sharded parameter gradients]
+With the batch (or other non-normalized) dims sharded, ``grad_weight``/``grad_bias`` are
+sums over those dims, so each rank's local value is an addend: ``P(sum)``. An empty piece
+adds zero.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dtensor.ops.reductions import no_empty_piece
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.placements import Partial, Placement, Replicate, Shard
+
+aten = torch.ops.aten
+_LINEAR = ("sum", "avg")
+
+
+def _replicate(op: OpSpec, outputs: int) -> Strategy:
+    return Strategy((Replicate(),) * len(op.tensors()), (Replicate(),) * outputs)
+
+
+def _grad_partials(op: OpSpec, outputs: int) -> list[Strategy]:
+    """Note [backward is linear in grad_out]: grad_out (first tensor) Partial, rest R."""
+    g = op.tensors()[0]
+    if not (g.dtype.is_floating_point or g.dtype.is_complex):
+        return []
+    n = len(op.tensors())
+    return [Strategy((Partial(k),) + (Replicate(),) * (n - 1), (Partial(k),) * outputs)
+            for k in _LINEAR]
+
+
+def _n_masked(op: OpSpec, pos: int) -> int:
+    """Number of gradients a backward returns: one per True in ``output_mask``."""
+    return sum(bool(m) for m in op.arg(pos, "output_mask"))
+
+
+# --- softmax ------------------------------------------------------------------------------
+
+
+@sharding_rule(aten._softmax.default, aten._log_softmax.default)
+def softmax(op: OpSpec) -> list[Strategy]:
+    """``_softmax(x, dim, half_to_float)``: exp(x) / sum over ``dim``; any other dim may be
+    sharded. Not linear (softmax(a + b) != softmax(a) + softmax(b)): no Partial."""
+    t = op.tensors()[0]
+    dim = op.arg(1, "dim") % max(t.ndim, 1)
+    return [Strategy((Replicate(),), (Replicate(),))] + [
+        Strategy((Shard(d),), (Shard(d),)) for d in range(t.ndim) if d != dim]
+
+
+@sharding_rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default)
+def softmax_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad_output, output, dim, input_dtype)``: y * (g - sum(g * y)) and
+    g - exp(y) * sum(g) sum over ``dim`` only; both are linear in g."""
+    t = op.tensors()[0]
+    dim = op.arg(2, "dim") % max(t.ndim, 1)
+    out = [Strategy((Replicate(), Replicate()), (Replicate(),))]
+    out += [Strategy((Shard(d), Shard(d)), (Shard(d),)) for d in range(t.ndim) if d != dim]
+    return out + _grad_partials(op, 1)
+
+
+# --- layer_norm and rms_norm: statistics over the trailing normalized_shape dims --------------
+
+
+def _leading(x: TensorSpec, normalized_shape: tuple[int, ...]) -> range:
+    return range(x.ndim - len(normalized_shape))
+
+
+def _row_norm(op: OpSpec, shape_pos: int, n_stats: int) -> list[Strategy]:
+    """Forward of a norm over trailing dims: input S(d) on a leading dim, weight/bias R ->
+    output and each saved statistic (shaped input.shape[:axis] + (1,) * k) S(d)."""
+    x, *params = op.tensors()
+    out = [_replicate(op, 1 + n_stats)]
+    for d in _leading(x, op.arg(shape_pos, "normalized_shape")):
+        out.append(Strategy((Shard(d),) + (Replicate(),) * len(params),
+                            (Shard(d),) * (1 + n_stats)))
+    return out
+
+
+@sharding_rule(aten.native_layer_norm.default)
+def layer_norm(op: OpSpec) -> list[Strategy]:
+    """``native_layer_norm(x, normalized_shape, weight, bias, eps) -> (y, mean, rstd)``."""
+    return _row_norm(op, 1, 2)
+
+
+@sharding_rule(aten._fused_rms_norm.default)
+def rms_norm(op: OpSpec) -> list[Strategy]:
+    """``_fused_rms_norm(x, normalized_shape, weight, eps) -> (y, rstd)`` (on CPU,
+    ``F.rms_norm`` decomposes into pow/mean/rsqrt/mul instead)."""
+    return _row_norm(op, 1, 1)
+
+
+def _row_norm_backward(op: OpSpec, shape_pos: int, mask_pos: int) -> list[Strategy]:
+    """grad_out, input and the saved statistics S(d) on a leading dim, weight/bias R ->
+    grad_input S(d), parameter gradients P(sum) (Note [batch-sharded parameter gradients])."""
+    tensors = op.tensors()
+    x = tensors[1]
+    mask = [bool(m) for m in op.arg(mask_pos, "output_mask")]
+    n = _n_masked(op, mask_pos)
+    out = [_replicate(op, n)]
+    for d in _leading(x, op.arg(shape_pos, "normalized_shape")):
+        # grad_out, input, then statistics are shaped like the leading dims (+ ones)
+        ins = tuple(Shard(d) if t.ndim == x.ndim else Replicate() for t in tensors)
+        outs = ([Shard(d)] if mask[0] else []) + [Partial()] * sum(mask[1:])
+        out.append(Strategy(ins, tuple(outs)))
+    return out + _grad_partials(op, n)
+
+
+@sharding_rule(aten.native_layer_norm_backward.default)
+def layer_norm_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)``."""
+    return _row_norm_backward(op, 2, 7)
+
+
+@sharding_rule(aten._fused_rms_norm_backward.default)
+def rms_norm_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad_out, input, normalized_shape, rstd, weight, output_mask)``."""
+    return _row_norm_backward(op, 2, 5)
+
+
+# --- group_norm: N, C and HxW are arguments --------------------------------------------------
+
+
+@sharding_rule(aten.native_group_norm.default)
+def group_norm(op: OpSpec) -> list[Strategy]:
+    """``native_group_norm(x, weight, bias, N, C, HxW, group, eps)``. The batch dim would be
+    sound mathematically, but N is passed as an argument and the kernel checks
+    ``x.numel() == N * C * HxW`` against the local piece: a rule cannot rewrite N, so R."""
+    return [_replicate(op, 3)]
+
+
+@sharding_rule(aten.native_group_norm_backward.default)
+def group_norm_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)``: R (N is an
+    argument, see ``group_norm``), or Partial grad_out (Note [backward is linear in
+    grad_out])."""
+    n = _n_masked(op, 9)
+    return [_replicate(op, n)] + _grad_partials(op, n)
+
+
+# --- batch_norm: statistics over every dim but the channel dim 1 -----------------------------
+
+
+def _channel_ins(tensors: list[TensorSpec], c: int, n_big: int) -> tuple[Placement, ...]:
+    """The first ``n_big`` tensors (input, grad_out) S(1); per-channel vectors S(0); the
+    empty statistics an eval-mode forward saves stay R."""
+    return tuple(Shard(1) if i < n_big else Shard(0) if t.shape == (c,) else Replicate()
+                 for i, t in enumerate(tensors))
+
+
+def _batch_norm(op: OpSpec, training: bool) -> list[Strategy]:
+    """Forward ``-> (y, save_mean, save_invstd)``. Channels are independent: x S(1) with
+    every per-channel vector S(0) -> y S(1), saved statistics S(0) when training (shape
+    (C,)), R in eval (shape (0,)). In eval the statistics are given, so x may also be
+    sharded on the batch or a spatial dim; in training they span those dims: R there.
+    (Running stats written in place are sharded like the channels, so each rank updates
+    exactly its own channels.) The CPU kernel dies with SIGFPE on an empty piece (no
+    channels, no batch), so a Shard is offered only where no piece is empty."""
+    tensors = op.tensors()
+    x = tensors[0]
+    out = [_replicate(op, 3)]
+    if x.ndim < 2:
+        return out
+    stat: Placement = Shard(0) if training else Replicate()
+    if no_empty_piece(op, x.shape[1]):
+        out.append(Strategy(_channel_ins(tensors, x.shape[1], 1), (Shard(1), stat, stat)))
+    if not training:
+        for d in (0, *range(2, x.ndim)):
+            if not no_empty_piece(op, x.shape[d]):
+                continue
+            ins = (Shard(d),) + (Replicate(),) * (len(tensors) - 1)
+            out.append(Strategy(ins, (Shard(d), Replicate(), Replicate())))
+    return out
+
+
+@sharding_rule(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+def batch_norm(op: OpSpec) -> list[Strategy]:
+    """``(x, weight, bias, running_mean, running_var, training, momentum, eps)``."""
+    return _batch_norm(op, bool(op.arg(5, "training")))
+
+
+@sharding_rule(aten._native_batch_norm_legit.no_stats)
+def batch_norm_no_stats(op: OpSpec) -> list[Strategy]:
+    """``(x, weight, bias, training, momentum, eps)``."""
+    return _batch_norm(op, bool(op.arg(3, "training")))
+
+
+@sharding_rule(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_no_training(op: OpSpec) -> list[Strategy]:
+    """``(x, weight, bias, running_mean, running_var, momentum, eps)``: eval mode."""
+    return _batch_norm(op, False)
+
+
+@sharding_rule(aten.native_batch_norm_backward.default)
+def batch_norm_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+    output_mask) -> (grad_x, grad_weight, grad_bias)``. Channels: everything channel-sharded
+    -> grad_x S(1), parameter gradients S(0). Eval: statistics are constants, so the batch
+    and spatial dims may be sharded -> grad_x S(d), parameter gradients P(sum) (Note
+    [batch-sharded parameter gradients]); in training grad_x needs mean(g) over them: R."""
+    tensors = op.tensors()
+    x = tensors[1]
+    mask = [bool(m) for m in op.arg(9, "output_mask")]
+    n = _n_masked(op, 9)
+    out = [_replicate(op, n)]
+    if x.ndim >= 2:
+        outs = ([Shard(1)] if mask[0] else []) + [Shard(0)] * sum(mask[1:])
+        if no_empty_piece(op, x.shape[1]):
+            out.append(Strategy(_channel_ins(tensors, x.shape[1], 2), tuple(outs)))
+        if not op.arg(7, "train"):
+            for d in (0, *range(2, x.ndim)):
+                if not no_empty_piece(op, x.shape[d]):
+                    continue
+                ins = (Shard(d), Shard(d)) + (Replicate(),) * (len(tensors) - 2)
+                outs = ([Shard(d)] if mask[0] else []) + [Partial()] * sum(mask[1:])
+                out.append(Strategy(ins, tuple(outs)))
+    return out + _grad_partials(op, n)
+
+
+# --- activations the pointwise tag misses ----------------------------------------------------
+
+# Elementwise on same-shaped tensors but not tagged ``torch.Tag.pointwise`` in torch 2.13,
+# so the generic rule does not reach them; the backward ops are linear in grad_output.
+_ELEMENTWISE_BACKWARD = (
+    aten.hardtanh_backward.default, aten.leaky_relu_backward.default, aten.elu_backward.default,
+    aten.softplus_backward.default, aten.hardsigmoid_backward.default,
+    aten.hardswish_backward.default, aten.mish_backward.default,
+    aten.softshrink_backward.default, aten.hardshrink_backward.default,
+    aten.log_sigmoid_backward.default,
+)
+_ELEMENTWISE_FORWARD = (aten.hardswish.default, aten.log_sigmoid_forward.default)
+
+
+def _elementwise(op: OpSpec, outputs: int) -> list[Strategy]:
+    tensors = op.tensors()
+    out = [_replicate(op, outputs)]
+    if len({t.shape for t in tensors}) != 1:  # broadcasting: leave it to Replicate
+        return out
+    n = len(tensors)
+    return out + [Strategy((Shard(d),) * n, (Shard(d),) * outputs)
+                  for d in range(tensors[0].ndim)]
+
+
+@sharding_rule(*_ELEMENTWISE_FORWARD)
+def elementwise_activation(op: OpSpec) -> list[Strategy]:
+    """Each output element depends on the same input element only: any Shard, same out."""
+    return _elementwise(op, len(op.op._schema.returns))
+
+
+@sharding_rule(*_ELEMENTWISE_BACKWARD)
+def elementwise_activation_backward(op: OpSpec) -> list[Strategy]:
+    """dx = g * f'(x) elementwise: any Shard; linear in g (P(sum) g, R x -> P(sum) dx)."""
+    strategies = _elementwise(op, 1)
+    if len({t.shape for t in op.tensors()}) == 1:
+        strategies += _grad_partials(op, 1)
+    return strategies

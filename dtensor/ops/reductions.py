@@ -11,8 +11,8 @@ Per mesh dim, a reduction can
 Note [uneven shards in reductions]
 Shards follow ``torch.chunk``: pieces can be unequal or empty. ``mean`` of unequal pieces is
 not the average of the pieces' means, so ``S(d) -> P(avg)`` needs every piece of ``d`` equal
-(see ``_even``). ``amax``/``max`` raise on an empty reduced dim (no identity), so
-``S(d) -> P(max)`` needs every piece non-empty (see ``_nonempty``). A tensor dim sharded over
+(see ``even_pieces``). ``amax``/``max`` raise on an empty reduced dim (no identity), so
+``S(d) -> P(max)`` needs every piece non-empty (see ``no_empty_piece``). A tensor dim sharded over
 several mesh dims is split nested, in mesh-dim order, and a rule sees one mesh dim at a time:
 both checks assume the worst case over which earlier mesh dims shard the same tensor dim.
 """
@@ -123,12 +123,12 @@ def _earlier_subsets(op: OpSpec) -> list[tuple[int, ...]]:
                 range(len(earlier)), r)]
 
 
-def _even(op: OpSpec, n: int) -> bool:
+def even_pieces(op: OpSpec, n: int) -> bool:
     """Every piece of a dim of size ``n`` is equal, whichever earlier mesh dims shard it."""
     return n % math.prod(op.mesh_shape[:op.mesh_dim + 1]) == 0
 
 
-def _nonempty(op: OpSpec, n: int) -> bool:
+def no_empty_piece(op: OpSpec, n: int) -> bool:
     """No piece of a dim of size ``n`` is empty, whichever earlier mesh dims shard it."""
     return all(min(_piece_sizes(n, s)) > 0 for s in _earlier_subsets(op))
 
@@ -144,9 +144,9 @@ def reduction_strategies(op: OpSpec, t: TensorSpec, reduced: frozenset[int], kee
             continue
         if over_shard is None:
             continue
-        if needs == "even" and not _even(op, t.shape[d]):
+        if needs == "even" and not even_pieces(op, t.shape[d]):
             continue
-        if needs == "nonempty" and not _nonempty(op, t.shape[d]):
+        if needs == "nonempty" and not no_empty_piece(op, t.shape[d]):
             continue
         out.append(Strategy((Shard(d),), (Partial(over_shard),) * outputs))
     if t.dtype != torch.bool:  # bool has no addends; max/min pieces of a bool are not bools
