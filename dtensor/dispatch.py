@@ -29,6 +29,7 @@ from torch.utils import _pytree as pytree
 
 import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
+from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, decide
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
@@ -77,6 +78,7 @@ class _Plan:
     decision: Decision
     out_specs: tuple[tuple[DTensorSpec, TensorSpec], ...]
     in_place: bool
+    local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
 
 
 # Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
@@ -144,7 +146,10 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
         shape, stride = tuple(meta.shape), tuple(meta.stride())
         specs.append((DTensorSpec(mesh, p, shape, stride, meta.dtype),
                       TensorSpec(shape, stride, meta.dtype, p)))
-    return _Plan(decision, tuple(specs), bool(_written_positions(func)))
+    local_out = None
+    if shape_arg_positions(func) and specs:  # Note [global size arguments]
+        local_out = specs[0][0].local_shape()
+    return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out)
 
 
 def _first_dtensor(args: tuple, kwargs: dict) -> Any:
@@ -209,7 +214,11 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
             return type(x)(local(v) for v in x)
         return x
 
-    out = func(*[local(a) for a in args], **{k: local(v) for k, v in kwargs.items()})
+    largs = tuple(local(a) for a in args)
+    lkwargs = {k: local(v) for k, v in kwargs.items()}
+    if plan.local_out_shape is not None:
+        largs, lkwargs = localize_shape_args(func, largs, lkwargs, plan.local_out_shape)
+    out = func(*largs, **lkwargs)
     if plan.in_place:
         written = [t for t in tensors if isinstance(t, DTensor)]
         return written[0] if len(written) == 1 or not isinstance(out, tuple) else out

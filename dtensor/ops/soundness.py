@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 
 from dtensor.layout import local_shape, mesh_coordinates
 from dtensor.local_redistribute import shard_full, unshard
+from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Candidate, candidates
 from dtensor.ops.registry import REGISTRY, OpSpec, Registry, TensorSpec
 from dtensor.placements import Placement, Replicate, fmt_placements
@@ -72,6 +73,9 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
         for k, i in enumerate(positions):
             local_flat[i] = locals_in[k][c]
         la, lk = pytree.tree_unflatten(local_flat, tree)
+        if expected and shape_arg_positions(op):  # Note [global size arguments]
+            local_out = local_shape(tuple(expected[0].shape), mesh_shape, cand.outputs[0], c)
+            la, lk = localize_shape_args(op, la, lk, local_out)
         try:
             out = op(*la, **lk)
         except Exception as e:  # noqa: BLE001 - a strategy whose local op cannot run is unsound

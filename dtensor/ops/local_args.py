@@ -1,0 +1,55 @@
+"""Arguments that name the output's shape must name the local piece's shape on each rank.
+
+Note [global size arguments]
+``view(x, size)``, ``expand``, ``_unsafe_view``, ``new_empty(_strided)``/``new_zeros``/...,
+``slice_backward``/``select_backward`` take the *output* shape as an argument. A rule reasons
+about global shapes, but each rank runs the op on its piece, so before the local call these
+arguments are replaced by the shape of this rank's output piece (and a stride argument by its
+contiguous strides). The dispatcher and the soundness harness both use this function, so what
+the harness proves is what runs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+_SHAPE_ARGS = frozenset({"size", "input_sizes"})
+
+
+@lru_cache(maxsize=None)
+def shape_arg_positions(func: Any) -> tuple[tuple[int, str, str], ...]:
+    """(position, name, kind) of each shape ("shape") or stride ("stride") argument."""
+    out = []
+    for i, a in enumerate(func._schema.arguments):
+        if str(a.type) not in ("List[int]", "SymInt[]"):
+            continue
+        if a.name in _SHAPE_ARGS:
+            out.append((i, a.name, "shape"))
+        elif a.name == "stride":
+            out.append((i, a.name, "stride"))
+    return tuple(out)
+
+
+def _contiguous(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return list(reversed(strides))
+
+
+def localize_shape_args(func: Any, args: tuple, kwargs: dict,
+                        local_out_shape: Sequence[int]) -> tuple[tuple, dict]:
+    """``args``/``kwargs`` with shape arguments set to ``local_out_shape``."""
+    positions = shape_arg_positions(func)
+    if not positions:
+        return args, kwargs
+    args, kwargs = list(args), dict(kwargs)
+    for i, name, kind in positions:
+        value = list(local_out_shape) if kind == "shape" else _contiguous(local_out_shape)
+        if i < len(args):
+            args[i] = value
+        elif name in kwargs:
+            kwargs[name] = value
+    return tuple(args), kwargs
