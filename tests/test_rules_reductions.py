@@ -183,3 +183,16 @@ def test_backward_of_reductions_matches_single_device():
     ref_loss = ref.sum(0).sum() + (ref * ref).mean() + ref.amax(1).sum()
     ref_loss.backward()
     assert torch.allclose(loss, ref_loss) and torch.allclose(grad, ref.grad)
+
+
+def test_any_all_over_shards_are_bool_partials_and_reduce_right():
+    x = torch.tensor([[True, False], [False, False], [False, True]])
+
+    def body(mesh):
+        a = distribute_tensor(x, mesh, [Shard(0)])  # 3 rows over 2 ranks: 2 + 1
+        y, z = a.any(0), a.all(0)
+        assert y.placements == (Partial("max"),) and z.placements == (Partial("min"),)
+        return y.full_tensor(), z.full_tensor()
+
+    y, z = _world((2,), body)[0]
+    assert torch.equal(y, x.any(0)) and torch.equal(z, x.all(0))
