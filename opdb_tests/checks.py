@@ -20,6 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from dtensor.dispatch import fallback_policy
+from simpg.errors import SimpgError
 from dtensor.layout import local_slices
 from dtensor.local_redistribute import shard_full
 from dtensor.ops.propagate import candidates, decide
@@ -54,19 +55,19 @@ class Failure:
 
 
 def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
-              ) -> tuple[list[Failure], set[str]]:
-    """Failures of every candidate, and the placement kinds the candidates covered."""
+              ) -> tuple[list[Failure], set[str], int]:
+    """Failures of every candidate, the placement kinds they covered, how many there were."""
     tensors = s.tensors()
     if call.func not in REGISTRY:
         return [Failure("sound", e.key, s, mesh_shape, None, f"no sharding rule for {call.func}",
-                        "", case_id(e.key, [], mesh_shape))], set()
+                        "", case_id(e.key, [], mesh_shape))], set(), 1
     spec = op_spec(call.func, call.args, call.kwargs, mesh_shape)
     try:
         cands = candidates(spec, dispatchable_only=False)
     except Exception as ex:  # noqa: BLE001 - a rule that raises is a failure of the rule
         return [Failure("sound", e.key, s, mesh_shape, None,
                         f"the rule raises {type(ex).__name__}: {ex}", "",
-                        case_id(e.key, [], mesh_shape))], set()
+                        case_id(e.key, [], mesh_shape))], set(), 1
     rtol, atol = tolerances(e.dtype)
     failures, kinds = [], set()
     aten_tensors = [tensors[i] for i in call.tensor_index]
@@ -82,7 +83,7 @@ def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
             failures.append(Failure("sound", e.key, s, mesh_shape, None,
                                     f"{call.func} strategy {_fmt(c.inputs)} -> {outs}: {reason}",
                                     k, case_id(e.key, c.inputs, mesh_shape, outs)))
-    return failures, kinds
+    return failures, kinds, len(cands)
 
 
 def _fmt(per_tensor: Sequence[Sequence[Placement]]) -> str:
@@ -163,6 +164,8 @@ def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
     k = kind(mesh_shape, s.tensors(), placements)
     try:
         reason = _end_to_end(e, s, call, mesh, placements, tier, seed)
+    except SimpgError:
+        raise  # the world is ending (mismatch, deadlock): sweep.run_world resumes after it
     except Exception as ex:  # noqa: BLE001 - any error of the runtime is this case's failure
         if on_error is not None:
             on_error(ex)

@@ -50,6 +50,7 @@ class Result:
     failures: list[Failure] = field(default_factory=list)
     backward: bool = False  # the OpInfo supports autograd at a float dtype
     random: str = ""  # the nondeterministic_seeded aten op it calls, if any
+    cases: int = 0  # (strategy or placements, mesh) cases checked
     seconds: float = 0.0
 
     def failed(self, tier: str) -> bool:
@@ -88,18 +89,38 @@ def e2e_cases(e: Entry, ss: Sequence[Sample], calls: Sequence[AtenCall | None],
             for a in base_assignments(s.tensors(), mesh_shape) for t in tiers]
 
 
-def run_world(mesh_shape: tuple[int, ...], cases: Sequence[tuple], timeout: float = 60.0
+def run_world(mesh_shape: tuple[int, ...], cases: Sequence[tuple], timeout: float = 30.0
               ) -> list[Failure | None]:
-    """Run every (entry, sample, call, placements, tier) case in one world of this mesh."""
+    """Run every (entry, sample, call, placements, tier) case in one world of this mesh.
+
+    Ranks are threads of this process, so they record results in one shared table. After
+    each case every rank meets at a barrier: a rank left behind in a collective of the case
+    makes the barrier mismatch, simpg ends the world, the case is marked failed with that
+    error, and a fresh world resumes at the next case (collectives of two cases never pair).
+    """
     import simpg
 
-    if not cases:
-        return []
-    per_rank = simpg.run(_world_body, size(mesh_shape), mesh_shape, list(cases), timeout=timeout)
+    table: list[dict[int, Failure | None]] = [{} for _ in cases]
+    start = 0
+    while start < len(cases):
+        try:
+            simpg.run(_world_body, size(mesh_shape), mesh_shape, list(cases), start, table,
+                      timeout=timeout)
+            break
+        except Exception as ex:  # noqa: BLE001 - the world ended inside a case: that case fails
+            done = next(i for i in range(start, len(cases)) if len(table[i]) < size(mesh_shape))
+            e, s, call, placements, tier = cases[done]
+            from opdb_tests.cases import case_id, kind
+
+            first = next((f for f in table[done].values() if f is not None), None)
+            reason = first.reason if first else f"{type(ex).__name__}: {ex}".split("\n")[0][:300]
+            table[done] = {0: Failure(tier, e.key, s, tuple(mesh_shape), placements, reason,
+                                      kind(mesh_shape, s.tensors(), placements),
+                                      case_id(e.key, placements, mesh_shape))}
+            start = done + 1
     merged: list[Failure | None] = []
-    for i in range(len(cases)):
-        seen = [r[i] for r in per_rank if r[i] is not None]
-        # prefer a rank's own error over "another rank failed"
+    for row in table:
+        seen = [f for f in row.values() if f is not None]
         seen.sort(key=lambda f: any(w in f.reason for w in _SECONDARY))
         merged.append(seen[0] if seen else None)
     return merged
@@ -108,24 +129,18 @@ def run_world(mesh_shape: tuple[int, ...], cases: Sequence[tuple], timeout: floa
 _SECONDARY = ("RankFailed", "Mismatch", "Deadlock", "Simpg")
 
 
-def _world_body(mesh_shape: tuple[int, ...], cases: list[tuple]) -> list[Failure | None]:
-    from dtensor import init_device_mesh
-    from simpg.backend import rank_context
+def _world_body(mesh_shape: tuple[int, ...], cases: list[tuple], start: int,
+                table: list[dict[int, Failure | None]]) -> None:
+    import torch.distributed as dist
 
-    world, _ = rank_context.get()  # type: ignore[misc]
+    from dtensor import init_device_mesh
+
     mesh = init_device_mesh("cpu", mesh_shape)
-    out: list[Failure | None] = []
-    world.subtests_active = True
-    try:
-        for i, (e, s, call, placements, tier) in enumerate(cases):
-            # no world.fail here: a rank that raises between collectives meets the others at
-            # the gate, and one left waiting in a collective sees a mismatch with the gate
-            f = end_to_end(e, s, call, mesh, placements, tier, seed=i)
-            world.end_subtest()
-            out.append(f)
-    finally:
-        world.subtests_active = False
-    return out
+    rank = dist.get_rank()
+    for i in range(start, len(cases)):
+        e, s, call, placements, tier = cases[i]
+        table[i][rank] = end_to_end(e, s, call, mesh, placements, tier, seed=i)
+        dist.barrier()
 
 
 def sweep_entry(e: Entry, cfg: Config = BASE) -> Result:
@@ -138,11 +153,13 @@ def sweep_entry(e: Entry, cfg: Config = BASE) -> Result:
     if r.rule_level:
         for s, c in zip(ss, calls):
             for m in cfg.sound_meshes:
-                fs, kinds = soundness(e, s, c, m)  # type: ignore[arg-type]
+                fs, kinds, n = soundness(e, s, c, m)  # type: ignore[arg-type]
+                r.cases += n
                 r.failures += fs
                 r.tried["sound"] |= kinds | {f.kind for f in fs}
     for m in cfg.e2e_meshes:
         cases = e2e_cases(e, ss, calls, m, r.backward)
+        r.cases += len(cases)
         for case, f in zip(cases, run_world(m, cases)):
             from opdb_tests.cases import kind
 
