@@ -115,12 +115,30 @@ def test_view_shards_nested_mesh_dims_by_the_product_of_their_sizes():
     assert _shard_pairs(aten.view.default, (_r(4, 3), [-1]), (2, 3), 1) == set()
 
 
-def test_size_arguments_as_called_keep_view_and_expand_replicated():
-    # Note [global size arguments]: each rank would be asked for the global shape
-    assert _shard_pairs(aten.view.default, (_r(8, 3), [24])) == set()
+def test_size_arguments_get_local_shapes_so_shards_pass_either_way():
+    # Note [global size arguments]: each rank is handed its own piece's shape
+    assert _shard_pairs(aten.view.default, (_r(8, 3), [24])) == {(0, 0)}
     assert _shard_pairs(aten.view.default, (_r(8, 3), [-1])) == {(0, 0)}
-    assert _shard_pairs(aten.expand.default, (_r(5, 1), [5, 3])) == set()
+    assert _shard_pairs(aten.expand.default, (_r(5, 1), [5, 3])) == {(0, 0)}
     assert _shard_pairs(aten.expand.default, (_r(5, 1), [-1, 3])) == {(0, 0)}
+
+
+def test_view_and_size_taking_backward_ops_stay_sharded_end_to_end():
+    x = torch.randn(8, 6)
+
+    def body(mesh):
+        d = distribute_tensor(x.clone().requires_grad_(), mesh, [Shard(0)])
+        with simpg.trace() as t:
+            v = d.view(8, 2, 3)[:, 1:, :]  # view with explicit sizes, then a slice
+            v.sum().backward()  # slice_backward and expand take input sizes
+        assert v.placements == (Shard(0),)
+        assert [r.op for r in t.records] == []  # the replicated seed needs no gathering
+        return d.grad.full_tensor()
+
+    grads = _world((4,), body)
+    expected = torch.zeros(8, 2, 3)
+    expected[:, 1:, :] = 1
+    assert torch.equal(grads[0], expected.view(8, 6))
 
 
 # -- end to end on simpg -------------------------------------------------------------------------

@@ -18,12 +18,9 @@ side's run has nothing inside its outermost dim (then the flat chunk is that dim
 1.5 each: unsound, and the rule says so because 6 % 4 != 0.
 
 Note [global size arguments]
-The dispatcher and the soundness harness run the op on each rank's piece with the arguments as
-called, so ``view(x, [12, 4])`` asks every rank for the GLOBAL shape. That only works where the
-size at the output's sharded dim is ``-1`` (``view(x, [-1, 4])``, ``expand(x, [-1, 5])``): then
-the rank's own extent fills it in. Until the dispatcher can hand ops their local sizes, the
-size-taking ops (view, _unsafe_view, expand, slice_backward, select_backward) claim a Shard only
-there, and are otherwise Replicate/Partial: correct, but a sharded input is gathered first.
+The size-taking ops (view, _unsafe_view, expand, slice_backward, select_backward) reason about
+global sizes; the dispatcher and the soundness harness hand each rank its own output piece's
+shape instead (dtensor/ops/local_args.py), so a Shard passes wherever the pieces line up.
 """
 
 from __future__ import annotations
@@ -292,7 +289,7 @@ def view(op: OpSpec) -> list[Strategy]:
     sizes = list(op.arg(1, "size"))
     dst = _resolve(sizes, math.prod(t.shape))
     pairs = view_shards(t.shape, dst, _nested_parts(op))
-    return _moves(op, 1, [(i, o) for i, o in pairs if sizes[o] == -1])
+    return _moves(op, 1, pairs)
 
 
 @sharding_rule(aten.expand.default)
@@ -300,12 +297,24 @@ def expand(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     sizes = list(op.arg(1, "size"))
     lead = len(sizes) - t.ndim
-    # a kept dim (-1) is the rank's own extent; a broadcast one is the same on every rank
+    # a kept dim keeps its pieces (each rank expands to its own extent); a broadcast size-1
+    # dim holds the same value on every rank, so it cannot be sharded on the way in
     return _moves(op, 1, [(d, d + lead) for d in range(t.ndim)
-                         if sizes[d + lead] == -1 and t.shape[d] != 1])
+                         if sizes[d + lead] in (-1, t.shape[d]) and t.shape[d] != 1])
 
 
-@sharding_rule(aten.slice_backward.default, aten.select_backward.default)
-def index_backward(op: OpSpec) -> list[Strategy]:
-    # the gradient is scattered into zeros of the GLOBAL input_sizes: Replicate or Partial only
-    return _moves(op, 1, [])
+@sharding_rule(aten.slice_backward.default)
+def slice_backward(op: OpSpec) -> list[Strategy]:
+    # the gradient is scattered into zeros of input_sizes along `dim`: any other dim keeps its
+    # pieces (each rank scatters into its own piece's zeros); `dim` itself must be whole
+    ndim = op.tensors()[0].ndim
+    dim = _dim(op.arg(2, "dim"), ndim)
+    return _moves(op, 1, [(d, d) for d in range(ndim) if d != dim])
+
+
+@sharding_rule(aten.select_backward.default)
+def select_backward(op: OpSpec) -> list[Strategy]:
+    # the gradient (without `dim`) lands at one index of `dim`; the other dims keep their pieces
+    out_ndim = len(op.arg(1, "input_sizes"))
+    dim = _dim(op.arg(2, "dim"), out_ndim)
+    return _moves(op, 1, [(d, d + (d >= dim)) for d in range(out_ndim - 1)])
