@@ -38,7 +38,8 @@ TIERS = ("sound", "forward", "backward")
 class Failure:
     tier: str
     key: str
-    sample: Sample
+    sample: int  # the sample's index in the OpInfo (samples are not kept: they may not pickle)
+    sample_text: str
     mesh_shape: tuple[int, ...]
     placements: tuple[tuple[Placement, ...], ...] | None  # None: every candidate (soundness)
     reason: str
@@ -46,9 +47,10 @@ class Failure:
     label: str = field(default="")  # the case id
 
     def report(self) -> str:
-        return (f"{self.tier} {self.label}\n  op: {self.key}  sample #{self.sample.index}: "
-                f"{self.sample.describe()}\n  mesh: {self.mesh_shape}\n  reason: {self.reason}\n"
-                f"  rerun: {repro_command(self.tier, self.key, self.sample.index, self.mesh_shape, self.placements)}")
+        rerun = repro_command(self.tier, self.key, self.sample, self.mesh_shape, self.placements)
+        return (f"{self.tier} {self.label}\n  op: {self.key}  sample #{self.sample}: "
+                f"{self.sample_text}\n  mesh: {self.mesh_shape}\n  reason: {self.reason}\n"
+                f"  rerun: {rerun}")
 
 
 # -- soundness -------------------------------------------------------------------------------
@@ -59,13 +61,14 @@ def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
     """Failures of every candidate, the placement kinds they covered, how many there were."""
     tensors = s.tensors()
     if call.func not in REGISTRY:
-        return [Failure("sound", e.key, s, mesh_shape, None, f"no sharding rule for {call.func}",
-                        "", case_id(e.key, [], mesh_shape))], set(), 1
+        return [Failure("sound", e.key, s.index, s.describe(), mesh_shape, None,
+                        f"no sharding rule for {call.func}", "",
+                        case_id(e.key, [], mesh_shape))], set(), 1
     spec = op_spec(call.func, call.args, call.kwargs, mesh_shape)
     try:
         cands = candidates(spec, dispatchable_only=False)
     except Exception as ex:  # noqa: BLE001 - a rule that raises is a failure of the rule
-        return [Failure("sound", e.key, s, mesh_shape, None,
+        return [Failure("sound", e.key, s.index, s.describe(), mesh_shape, None,
                         f"the rule raises {type(ex).__name__}: {ex}", "",
                         case_id(e.key, [], mesh_shape))], set(), 1
     rtol, atol = tolerances(e.dtype)
@@ -76,11 +79,15 @@ def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
         kinds.add(k)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            reason = check_candidate(call.func, call.args, call.kwargs, c, mesh_shape,
-                                     rtol=rtol, atol=atol)
+            try:
+                reason = check_candidate(call.func, call.args, call.kwargs, c, mesh_shape,
+                                         rtol=rtol, atol=atol)
+            except Exception as ex:  # noqa: BLE001 - the harness itself fails on this call
+                reason = (f"the soundness harness (dtensor.ops.soundness) raises "
+                          f"{type(ex).__name__}: {ex}".split("\n")[0][:200])
         if reason:
             outs = ";".join(",".join(str(p) for p in o) for o in c.outputs)
-            failures.append(Failure("sound", e.key, s, mesh_shape, None,
+            failures.append(Failure("sound", e.key, s.index, s.describe(), mesh_shape, None,
                                     f"{call.func} strategy {_fmt(c.inputs)} -> {outs}: {reason}",
                                     k, case_id(e.key, c.inputs, mesh_shape, outs)))
     return failures, kinds, len(cands)
@@ -172,7 +179,8 @@ def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
         reason = f"{type(ex).__name__}: {ex}".split("\n")[0][:300]
     if reason is None:
         return None
-    return Failure(tier, e.key, s, mesh_shape, placements, reason, k, label)
+    return Failure(tier, e.key, s.index, s.describe(), mesh_shape, placements, reason, k,
+                   label)
 
 
 def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,

@@ -210,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.update_expected:
         n = update_expected(results)
         print(f"wrote {EXPECTED_FILE.relative_to(ROOT)} ({n} entries)")
+    slow = sorted(results, key=lambda r: -r.seconds)[:8]
+    print("slowest: " + ", ".join(f"{r.key} {r.seconds:.1f}s" for r in slow))
     for k, v in counts(results).items():
         print(f"{k:>32}: {v}")
     print(f"wrote {MATRIX.relative_to(ROOT)}, {MARKDOWN.relative_to(ROOT)}, "

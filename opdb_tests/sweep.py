@@ -108,13 +108,17 @@ def run_world(mesh_shape: tuple[int, ...], cases: Sequence[tuple], timeout: floa
                       timeout=timeout)
             break
         except Exception as ex:  # noqa: BLE001 - the world ended inside a case: that case fails
-            done = next(i for i in range(start, len(cases)) if len(table[i]) < size(mesh_shape))
+            done = next((i for i in range(start, len(cases))
+                         if len(table[i]) < size(mesh_shape)), None)
+            if done is None:
+                raise  # every case finished: the world failed outside them
             e, s, call, placements, tier = cases[done]
             from opdb_tests.cases import case_id, kind
 
             first = next((f for f in table[done].values() if f is not None), None)
             reason = first.reason if first else f"{type(ex).__name__}: {ex}".split("\n")[0][:300]
-            table[done] = {0: Failure(tier, e.key, s, tuple(mesh_shape), placements, reason,
+            table[done] = {0: Failure(tier, e.key, s.index, s.describe(), tuple(mesh_shape),
+                                      placements, reason,
                                       kind(mesh_shape, s.tensors(), placements),
                                       case_id(e.key, placements, mesh_shape))}
             start = done + 1
