@@ -209,3 +209,16 @@ def test_partial_survives_selection_without_communication():
         assert torch.equal(out.full_tensor(), full)
 
     _world((2,), body)
+
+
+@pytest.mark.xfail(strict=True, reason="dispatch computes output shapes on meta tensors; a "
+                   "bool mask index has a data-dependent shape (nonzero has no meta kernel)")
+def test_bool_mask_index_on_a_dtensor():
+    x = torch.arange(6.0).reshape(3, 2)
+    mask = torch.tensor([True, False, True])
+
+    def body(mesh):
+        out = distribute_tensor(x, mesh, [Shard(0)])[mask]
+        assert torch.equal(out.full_tensor(), x[mask])
+
+    _world((2,), body)
