@@ -256,6 +256,13 @@ def placement_options(t: torch.Tensor) -> list[Placement]:
             + [Partial(k) for k in partial_ops(t)])
 
 
+def one_partial_family(ps: tuple[Placement, ...]) -> tuple[Placement, ...]:
+    """A tensor's Partials over several mesh dims must reduce alike (Note [Mixing Partial
+    ops] in dtensor.placements): later ones take the first one's reduce op."""
+    first = next((p for p in ps if isinstance(p, Partial)), None)
+    return tuple(first if isinstance(p, Partial) else p for p in ps)
+
+
 def kind(mesh_shape: Sequence[int], tensors: Sequence[torch.Tensor],
          placements: Sequence[Sequence[Placement]]) -> str:
     """The coverage column of a case: ``2-D`` for a 2-D mesh; else ``P`` if any input is

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opdb_tests import cases, coverage, expectations, sweep
-from opdb_tests.cases import MESHES, Entry, aten_call, entries, placement_options, samples
+from opdb_tests.cases import (MESHES, Entry, aten_call, entries, one_partial_family,
+                              placement_options, samples)
 from opdb_tests.checks import TIERS, Failure, soundness
 from opdb_tests.expected_failures import EXPECTED, SKIP
 
@@ -44,8 +45,9 @@ def _explore(e: Entry, r: sweep.Result, tiers: set[str], n_samples: int, budget:
         s = data.draw(st.sampled_from(ss), label="sample")
         mesh = data.draw(st.sampled_from(MESHES), label="mesh")
         placements = tuple(
-            tuple(data.draw(st.sampled_from(placement_options(t)), label=f"tensor {i}")
-                  for _ in mesh)
+            one_partial_family(tuple(
+                data.draw(st.sampled_from(placement_options(t)), label=f"tensor {i}")
+                for _ in mesh))
             for i, t in enumerate(s.tensors()))
         call = aten_call(e, s)
         failures: list[Failure] = []
