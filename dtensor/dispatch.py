@@ -127,10 +127,12 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         plan = None
         key = None
     if plan is None:
-        if func not in REGISTRY or key is None:
+        if func in REGISTRY and key is not None:
+            plan = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
+        if plan is None:
             flat, tree = pytree.tree_flatten((args, kwargs))
             return _fallback(func, flat, tree, [t for t in tensors if isinstance(t, DTensor)])
-        plan = plans[key] = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
+        plans[key] = plan
     if _check_plain.get():
         _verify_plain(func, tensors, mesh)
     debug.record(plan.decision, tensors)
@@ -138,11 +140,17 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
-               pinned: frozenset[int]) -> _Plan:
+               pinned: frozenset[int]) -> _Plan | None:
+    """None when the output shape depends on the data (no meta kernel, e.g. a boolean-mask
+    index): such a call takes the fallback, which computes on the full tensors."""
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
+    try:
+        metas = _output_meta(op)
+    except (NotImplementedError, RuntimeError):
+        return None
     decision = decide(op, _written(func, op) | pinned)
     specs = []
-    for meta, p in zip(_output_meta(op), decision.chosen.outputs):
+    for meta, p in zip(metas, decision.chosen.outputs):
         shape, stride = tuple(meta.shape), tuple(meta.stride())
         specs.append((DTensorSpec(mesh, p, shape, stride, meta.dtype),
                       TensorSpec(shape, stride, meta.dtype, p)))

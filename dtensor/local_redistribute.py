@@ -297,6 +297,15 @@ def _split(v: torch.Tensor, op: str, n: int, gen: torch.Generator) -> list[torch
     return [v if i == keep else v + sign * noise(0, 4) for i in range(n)]
 
 
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal, counting NaN equal to NaN (replicas of a NaN agree)."""
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
 def unshard(locals_by_coordinate: Mapping[Coord, torch.Tensor], mesh_shape: Sequence[int],
             placements: Sequence[Placement], global_shape: Sequence[int]) -> torch.Tensor:
     """The global tensor that ranks' locals describe; raises if replicas disagree or an
@@ -313,7 +322,7 @@ def unshard(locals_by_coordinate: Mapping[Coord, torch.Tensor], mesh_shape: Sequ
         idx = local_slices(shape, mesh_shape, placements, c)
         seen = values[key + ("seen",)]  # type: ignore
         t = locals_by_coordinate[c]
-        if bool(seen[idx].any()) and not torch.equal(
+        if bool(seen[idx].any()) and not _bitwise_equal(
                 torch.where(seen[idx], values[key][idx], t), t):
             raise ValueError(f"rank {c} disagrees with another replica of {idx} under "
                              f"{fmt_placements(placements)}")

@@ -48,7 +48,6 @@ CONV = [
 # dtensor/ops/local_args.py (Note [global size arguments]) takes every SymInt[] argument
 # named "stride" for the output's strides and overwrites convolution's kernel stride with it,
 # in the harness and in dispatch alike: every convolution call fails until that is fixed
-_STRIDE_BUG = pytest.mark.xfail(strict=True, reason="local_args overwrites conv's stride arg")
 CASES = [(n, aten.convolution.default, a) for n, a in CONV]
 for _n, _a in CONV[:5]:
     for _m in ([True, True, True], [False, True, True], [True, True, False]):
@@ -89,7 +88,6 @@ for _src in (torch.float32, torch.float16, torch.int32, torch.int16):
                       ((randn(5, 3) * 40).round().to(_src), _dst)))
 
 
-CASES = [pytest.param(*c, marks=[_STRIDE_BUG]) if "conv" in c[0] else c for c in CASES]
 IDS = [c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
 
 
@@ -140,7 +138,6 @@ def _world(mesh_shape, fn):
     return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
-@_STRIDE_BUG
 def test_conv2d_batch_and_channel_sharded_forward_backward():
     torch.manual_seed(0)
     x, w, b = torch.randn(5, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4)

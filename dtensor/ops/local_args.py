@@ -20,15 +20,13 @@ _SHAPE_ARGS = frozenset({"size", "input_sizes"})
 @lru_cache(maxsize=None)
 def shape_arg_positions(func: Any) -> tuple[tuple[int, str, str], ...]:
     """(position, name, kind) of each shape ("shape") or stride ("stride") argument."""
-    out = []
-    for i, a in enumerate(func._schema.arguments):
-        if str(a.type) not in ("List[int]", "SymInt[]"):
-            continue
-        if a.name in _SHAPE_ARGS:
-            out.append((i, a.name, "shape"))
-        elif a.name == "stride":
-            out.append((i, a.name, "stride"))
-    return tuple(out)
+    args = func._schema.arguments
+    lists = [(i, a.name) for i, a in enumerate(args) if str(a.type) in ("List[int]", "SymInt[]")]
+    shape = [(i, n, "shape") for i, n in lists if n in _SHAPE_ARGS]
+    # a stride argument describes the output only next to a size (new_empty_strided); in
+    # convolution it is the kernel's step
+    stride = [(i, n, "stride") for i, n in lists if n == "stride" and shape]
+    return tuple(shape + stride)
 
 
 def _contiguous(shape: Sequence[int]) -> list[int]:
