@@ -48,6 +48,9 @@ POINTWISE_CASES = [
     (aten.eq.Tensor, (torch.randint(0, 3, (4, 3)), torch.randint(0, 3, (3,)))),
     (aten.clone.default, (torch.randn(3, 5),)),
     (aten.ones_like.default, (torch.randn(3, 5),)),
+    (aten.new_zeros.default, (torch.randn(3, 2), [5, 3])),
+    (aten.new_ones.default, (torch.randn(3, 2), [7])),
+    (aten.new_full.default, (torch.randn(3, 2), [2, 5], 1.5)),
 ]
 
 

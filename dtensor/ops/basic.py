@@ -32,3 +32,14 @@ def like(op: OpSpec) -> list[Strategy]:
     out = [Strategy((p,), (p,)) for p in options]
     out += [Strategy((Partial(k),), (Replicate(),)) for k in ("sum", "avg", "max", "min")]
     return out
+
+
+@sharding_rule(aten.new_zeros.default, aten.new_ones.default, aten.new_empty.default,
+               aten.new_full.default, aten.new_empty_strided.default)
+def new_factory(op: OpSpec) -> list[Strategy]:
+    """``x.new_zeros(size)``: ``x`` only lends dtype and device, so it stays where it is. The
+    output is a fresh constant: whole on every rank, or cut into pieces along any dim (each
+    rank is handed its piece's size, Note [global size arguments]). Never Partial."""
+    here = op.tensors()[0].placements[op.mesh_dim]
+    ndim = len(op.arg(1, "size"))
+    return [Strategy((here,), (p,)) for p in [Replicate()] + [Shard(d) for d in range(ndim)]]
