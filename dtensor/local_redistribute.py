@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from dtensor.layout import (Box, box_contains, box_intersect, box_numel, box_shape, local_box,
+from dtensor.layout import (box_contains, box_intersect, box_numel, box_shape, local_box,
                             local_shape, local_slices, mesh_coordinates, mesh_groups)
 from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
 from dtensor.planner import Step

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simpg
+from mesh_world import run_on_mesh as _in_world
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from dtensor import api
 from dtensor.layout import local_slices
@@ -20,11 +21,6 @@ def _coord(mesh):
     return tuple(mesh.get_coordinate())
 
 
-def _in_world(mesh_shape, fn):
-    size = 1
-    for s in mesh_shape:
-        size *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), size)
 
 
 @pytest.mark.parametrize("mesh_shape,placements", [

@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 import simpg
-from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy,
-                     init_device_mesh)
+from mesh_world import run_on_mesh as _world
+from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.debug import ImplicitCommunicationError, explain, explain_ops, implicit_communication
 from dtensor.dispatch import NoShardingRuleError, check_replicated
 from dtensor.ops.propagate import ShardingError, decide
@@ -60,11 +60,6 @@ def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
     assert check_op(op, args, {}, mesh_shape) == []
 
 
-def _world(mesh_shape, fn):
-    n = 1
-    for s in mesh_shape:
-        n *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
 def test_dispatch_keeps_shards_in_place_and_broadcasts_plain_tensors():

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 import dtensor
 import simpg
-from dtensor import (Partial, Replicate, Shard, distribute_tensor, fallback_policy,
-                     init_device_mesh)
+from mesh_world import run_on_mesh as _world
+from dtensor import (Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.soundness import check_op
 
 aten = torch.ops.aten
@@ -120,11 +120,6 @@ def test_strategies_exist_for_the_common_layouts():
 
 
 # -- end to end on simpg --------------------------------------------------------------------
-def _world(mesh_shape, fn):
-    n = 1
-    for s in mesh_shape:
-        n *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
 def test_embedding_forward_backward_sharded_ids_and_embedding_dim():

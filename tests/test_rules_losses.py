@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy, init_device_mesh
+from mesh_world import run_on_mesh as _world
+from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec
 
@@ -99,11 +100,6 @@ def test_mean_over_batch_shards_is_not_offered():
 
 
 # -- end to end on simpg --------------------------------------------------------------------
-def _world(mesh_shape, fn):
-    n = 1
-    for s in mesh_shape:
-        n *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
 @pytest.mark.parametrize("reduction", ["sum", "none"])

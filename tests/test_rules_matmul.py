@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from dtensor import (Partial, Replicate, Shard, distribute_tensor, fallback_policy,
-                     init_device_mesh)
+from mesh_world import run_on_mesh as _world
+from dtensor import (Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.matmul import einsum_strategies
 from dtensor.ops.registry import TensorSpec
 from dtensor.ops.soundness import check_op
@@ -97,11 +97,6 @@ def test_einsum_strategies_name_each_letter():
 
 
 # -- end to end on simpg -------------------------------------------------------------------------
-def _world(mesh_shape, fn):
-    n = 1
-    for s in mesh_shape:
-        n *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
 def test_mm_row_by_col_shards_needs_no_communication_2d_mesh():

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy,
-                     init_device_mesh)
+from mesh_world import run_on_mesh as _world
+from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.misc import native_dropout
 from dtensor.ops.registry import Registry
 from dtensor.ops.soundness import check_op
@@ -131,11 +131,6 @@ def test_train_dropout_replicate_is_the_single_device_mask():
 
 
 # -- end to end on simpg --------------------------------------------------------------------
-def _world(mesh_shape, fn):
-    n = 1
-    for s in mesh_shape:
-        n *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
 def test_conv2d_batch_and_channel_sharded_forward_backward():

@@ -3,14 +3,14 @@ and uneven shapes), and end-to-end forward/backward on simpg against single-devi
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import simpg
-from dtensor import Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from mesh_world import run_on_mesh as _world
+from dtensor import Replicate, Shard, distribute_tensor
 from dtensor.ops.soundness import check_op
 
 aten = torch.ops.aten
@@ -112,7 +112,7 @@ def _id(case) -> str:
     op, args, kwargs = case
     shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
     return f"{op}({shapes})" + "".join(f",{a}" for a in args if not isinstance(a, torch.Tensor)
-                                       and not (a is None))
+                                       and a is not None)
 
 
 @pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
@@ -121,8 +121,6 @@ def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
     assert check_op(op, args, kwargs, mesh_shape, atol=1e-4, rtol=1e-4) == []
 
 
-def _world(mesh_shape, fn):
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), math.prod(mesh_shape))
 
 
 def _single(fn, *tensors):

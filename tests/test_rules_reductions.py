@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import simpg
-from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from mesh_world import run_on_mesh as _world
+from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec
 
@@ -118,8 +119,6 @@ def test_partials_claimed_where_sound_and_only_there():
     assert not any("S(1)->" in x for x in _strategies(aten.max.dim, (U, 1), {}, (2,)))
 
 
-def _world(mesh_shape, fn):
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), math.prod(mesh_shape))
 
 
 def test_sum_and_amax_end_to_end_leave_partials_and_communicate_nothing():

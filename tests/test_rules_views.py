@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import simpg
-from dtensor import Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from mesh_world import run_on_mesh as _world
+from dtensor import Partial, Replicate, Shard, distribute_tensor
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec
 from dtensor.ops.views import view_groups, view_shards
@@ -142,11 +143,6 @@ def test_view_and_size_taking_backward_ops_stay_sharded_end_to_end():
 
 
 # -- end to end on simpg -------------------------------------------------------------------------
-def _world(mesh_shape, fn):
-    n = 1
-    for s in mesh_shape:
-        n *= s
-    return simpg.run(lambda: fn(init_device_mesh("cpu", mesh_shape)), n)
 
 
 def test_shape_ops_keep_shards_without_communication_on_a_2d_mesh():

@@ -72,7 +72,10 @@ def convolution(op: OpSpec) -> list[Strategy]:
     x = tensors[0]
     has_bias = len(tensors) == 3
     wo, wi = _conv_dims(op, 6)
-    b = (lambda p: (p,) if has_bias else ())
+
+    def b(p: Placement) -> tuple[Placement, ...]:  # the bias's placement, when there is one
+        return (p,) if has_bias else ()
+
     out = [Strategy((R, R) + b(R), (R,))]
     out.append(Strategy((Shard(0), R) + b(R), (Shard(0),)))  # images convolve alone
     w = tensors[1]

@@ -49,7 +49,8 @@ def program() -> dict[str, torch.Tensor]:
     (y.to_local(grad_placements=[Partial(), Replicate()]) * 3).sum().backward()
     out["grad"] = x.grad.full_tensor()
     torch.manual_seed(0)
-    out["rand"] = dtensor.rand(5, 3, device_mesh=mesh, placements=[Shard(1), Shard(0)]).full_tensor()
+    rand = dtensor.rand(5, 3, device_mesh=mesh, placements=[Shard(1), Shard(0)])
+    out["rand"] = rand.full_tensor()
     return out
 
 
