@@ -79,6 +79,7 @@ class _Plan:
     out_specs: tuple[tuple[DTensorSpec, TensorSpec], ...]
     in_place: bool
     local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
+    inplace_view: bool  # squeeze_, t_, ...: the written DTensor changes shape and placements
 
 
 # Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
@@ -157,7 +158,8 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
     local_out = None
     if shape_arg_positions(func) and specs:  # Note [global size arguments]
         local_out = specs[0][0].local_shape()
-    return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out)
+    return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out,
+                 torch.Tag.inplace_view in func.tags)
 
 
 def _first_dtensor(args: tuple, kwargs: dict) -> Any:
@@ -229,6 +231,8 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
     out = func(*largs, **lkwargs)
     if plan.in_place:
         written = [t for t in tensors if isinstance(t, DTensor)]
+        if plan.inplace_view:
+            _restride(func, args, kwargs, written[0], plan)
         return written[0] if len(written) == 1 or not isinstance(out, tuple) else out
     specs = iter(plan.out_specs)
 
@@ -241,6 +245,21 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
         return t
 
     return wrap(out)
+
+
+def _restride(func: Any, args: tuple, kwargs: dict, target: Any, plan: _Plan) -> None:
+    """An in-place view op changed the local piece's shape: give the DTensor its new spec and
+    its wrapper the new global sizes (as torch's return_and_correct_aliasing does: run the op
+    on the wrapper's metadata only, under no_dispatch with meta in TLS)."""
+    spec, tspec = plan.out_specs[0]
+    target._spec, target._tspec = spec, tspec
+    with torch.utils._mode_utils.no_dispatch():
+        meta_in_tls = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            func(*args, **kwargs)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
 
 
 def _localize(a: torch.Tensor, placements: tuple[Placement, ...], mesh: Any) -> torch.Tensor:

@@ -204,17 +204,30 @@ def test_attention_sharded_on_heads_runs_locally_forward_and_backward():
             assert torch.allclose(g, e, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "machinery: vector @ matrix ends in the in-place squeeze_.dim; dispatch keeps the written "
-    "DTensor's spec (shape) as it was, so the fallback's write-back of the squeezed value fails"))
 def test_vector_times_matrix_through_in_place_squeeze():
     v, w = torch.randn(3), torch.randn(3, 4)
 
     def body(mesh):
-        with fallback_policy("silent"):
+        with fallback_policy("error"):  # squeeze_ has a rule: no fallback
             out = distribute_tensor(v, mesh, [Replicate()]) @ distribute_tensor(w, mesh,
                                                                                 [Shard(1)])
+        assert out.shape == (4,) and out.placements == (Shard(0),)
         return out.full_tensor()
 
     for got in _world((2,), body):
         assert torch.allclose(got, v @ w)
+
+
+def test_in_place_view_ops_update_shape_and_placements():
+    def body(mesh):
+        x = distribute_tensor(torch.arange(6.0).reshape(1, 6), mesh, [Shard(1)])
+        x.squeeze_(0)
+        assert x.shape == (6,) and x.placements == (Shard(0),)
+        x.unsqueeze_(1)
+        assert x.shape == (6, 1) and x.placements == (Shard(0),)
+        x.t_()
+        assert x.shape == (1, 6) and x.placements == (Shard(1),)
+        return x.full_tensor()
+
+    for got in _world((2,), body):
+        assert torch.equal(got, torch.arange(6.0).reshape(1, 6))

@@ -70,7 +70,7 @@ def _nested_parts(op: OpSpec) -> int:
 
 
 # -- pure permutations of dims -----------------------------------------------------------------
-@sharding_rule(aten.transpose.int)
+@sharding_rule(aten.transpose.int, aten.transpose_.default)
 def transpose(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     a, b = _dim(op.arg(1, "dim0"), t.ndim), _dim(op.arg(2, "dim1"), t.ndim)
@@ -78,7 +78,7 @@ def transpose(op: OpSpec) -> list[Strategy]:
     return _moves(op, 1, [(d, swap.get(d, d)) for d in range(t.ndim)])
 
 
-@sharding_rule(aten.t.default)
+@sharding_rule(aten.t.default, aten.t_.default)
 def t(op: OpSpec) -> list[Strategy]:
     n = op.tensors()[0].ndim
     return _moves(op, 1, [(d, n - 1 - d) for d in range(n)])  # 0-d and 1-d: t is the identity
@@ -91,14 +91,15 @@ def permute(op: OpSpec) -> list[Strategy]:
     return _moves(op, 1, [(d, o) for o, d in enumerate(dims)])  # output dim o is input dims[o]
 
 
-@sharding_rule(aten.unsqueeze.default)
+@sharding_rule(aten.unsqueeze.default, aten.unsqueeze_.default)
 def unsqueeze(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     new = op.arg(1, "dim") % (t.ndim + 1)
     return _moves(op, 1, [(d, d + (d >= new)) for d in range(t.ndim)])
 
 
-@sharding_rule(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+@sharding_rule(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze_.default,
+               aten.squeeze_.dim, aten.squeeze_.dims)
 def squeeze(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     asked = op.arg(1, "dim", None)
