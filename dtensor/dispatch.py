@@ -31,7 +31,8 @@ import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, decide
-from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
+from dtensor.layout import local_box
+from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides
@@ -80,6 +81,7 @@ class _Plan:
     in_place: bool
     local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
     inplace_view: bool  # squeeze_, t_, ...: the written DTensor changes shape and placements
+    boxes: tuple | None  # this rank's input boxes, for a local function (Note [local functions])
 
 
 # Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
@@ -158,8 +160,13 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
     local_out = None
     if shape_arg_positions(func) and specs:  # Note [global size arguments]
         local_out = specs[0][0].local_shape()
+    boxes = None
+    if decision.chosen.local:
+        coord = mesh.get_coordinate()
+        boxes = tuple(local_box(t.shape, mesh.spec.shape, p, coord) if coord is not None else None
+                      for t, p in zip(op.tensors(), decision.chosen.inputs))
     return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out,
-                 torch.Tag.inplace_view in func.tags)
+                 torch.Tag.inplace_view in func.tags, boxes)
 
 
 def _first_dtensor(args: tuple, kwargs: dict) -> Any:
@@ -228,7 +235,10 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
     lkwargs = {k: local(v) for k, v in kwargs.items()}
     if plan.local_out_shape is not None:
         largs, lkwargs = localize_shape_args(func, largs, lkwargs, plan.local_out_shape)
-    out = func(*largs, **lkwargs)
+    if plan.boxes is not None:
+        out = LOCAL_FUNCTIONS[plan.decision.chosen.local](func, largs, lkwargs, plan.boxes)
+    else:
+        out = func(*largs, **lkwargs)
     if plan.in_place:
         written = [t for t in tensors if isinstance(t, DTensor)]
         if plan.inplace_view:

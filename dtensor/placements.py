@@ -25,6 +25,11 @@ REDUCE_OPS = ("sum", "avg", "max", "min")
 _OP_FAMILY = {"sum": "linear", "avg": "linear", "max": "max", "min": "min"}
 
 
+def mixes_partial_families(placements: Sequence[object]) -> bool:
+    """True if ``placements`` holds Partials that do not commute (Note [Mixing Partial ops])."""
+    return len({_OP_FAMILY[p.reduce_op] for p in placements if isinstance(p, Partial)}) > 1
+
+
 class PlacementError(ValueError):
     """A placement, or a list of placements, that cannot describe the tensor on the mesh."""
 

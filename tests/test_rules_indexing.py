@@ -218,3 +218,18 @@ def test_bool_mask_index_on_a_dtensor():
         assert torch.equal(out.full_tensor(), x[mask])
 
     _world((2,), body)
+
+
+def test_vocab_sharded_embedding_gives_partial_sum_without_communication():
+    weight = torch.randn(10, 3)  # 10 rows over 4 ranks: 3, 3, 3, 1
+    ids = torch.tensor([[0, 9, 4], [3, 3, 7]])
+
+    def body(mesh):
+        w = distribute_tensor(weight, mesh, [Shard(0)])
+        with simpg.trace() as t:
+            out = torch.nn.functional.embedding(ids, w)
+        assert out.placements == (Partial("sum"),) and not t.records
+        return out.full_tensor()
+
+    for got in _world((4,), body):
+        assert torch.equal(got, torch.nn.functional.embedding(ids, weight))

@@ -17,10 +17,10 @@ c would be summed n times (unless c == 0).
 
 Note [sharded data dim needs a local function]
 Data sharded on the dim an index points into (embedding weight on the vocab dim, gather's
-source on ``dim``) would give Partial(sum) outputs if each rank looked up only the rows it
-holds, shifted by its offset, and wrote zeros for the rest. The dispatcher runs the plain aten
-op on the local pieces with the global indices, which is not that computation, so those
-strategies are not offered (see the family report: an optional local function on Strategy).
+source on ``dim``) gives Partial(sum) outputs if each rank looks up only the rows it holds,
+shifted by its offset, and writes zeros for the rest: not the aten op on the local pieces, so
+such a strategy names a local function (Note [local functions] in registry.py). Embedding has
+one; gather's source sharded on ``dim`` does not yet.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Sequence
 
 import torch
 
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, local_function, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -275,8 +275,22 @@ def embedding(op: OpSpec) -> list[Strategy]:
     # each rank looks up its own ids in the whole table
     out += [Strategy((R, Shard(d)), (Shard(d),)) for d in range(ids.ndim)]
     out += [Strategy((p, R), (p,)) for p in partials(weight)]  # Note [selection keeps Partial]
-    # vocab-sharded weight (S(0) -> P(sum)): Note [sharded data dim needs a local function]
+    # vocab-sharded weight: each rank looks up the ids in its rows and writes zeros for the
+    # rest, so the ranks' outputs add up to the lookup (Note [local functions])
+    out.append(Strategy((Shard(0), R), (Partial("sum"),), local="embedding_own_rows"))
     return out
+
+
+@local_function("embedding_own_rows")
+def embedding_own_rows(func: object, args: tuple, kwargs: dict,
+                       boxes: Sequence[Sequence[tuple[int, int]] | None]) -> torch.Tensor:
+    weight, ids = args[0], args[1]
+    (lo, hi), *_ = boxes[0]
+    mine = (ids >= lo) & (ids < hi)
+    if hi == lo:  # an empty piece of the vocabulary: nothing to look up
+        return weight.new_zeros(tuple(ids.shape) + tuple(weight.shape[1:]))
+    rows = func(weight, torch.where(mine, ids - lo, torch.zeros_like(ids)), *args[2:], **kwargs)
+    return rows * mine.unsqueeze(-1).to(rows.dtype)
 
 
 @sharding_rule(aten.embedding_dense_backward.default)

@@ -18,7 +18,8 @@ from functools import lru_cache
 from typing import Sequence
 
 from dtensor.ops.registry import REGISTRY, OpSpec, Registry, Strategy
-from dtensor.placements import Partial, Placement, PlacementError, normalize_placements
+from dtensor.placements import (Partial, Placement, PlacementError, mixes_partial_families,
+                                normalize_placements)
 from dtensor.planner import plan, plan_bytes
 
 
@@ -27,6 +28,7 @@ class Candidate:
     inputs: tuple[tuple[Placement, ...], ...]  # per tensor argument, one per mesh dim
     outputs: tuple[tuple[Placement, ...], ...]  # per output tensor
     moves: tuple[int, ...]  # bytes to move each input into place
+    local: str | None = None  # Note [local functions]
 
     @property
     def cost(self) -> int:
@@ -64,6 +66,12 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
         outs = tuple(tuple(s.outputs[j] for s in combo) for j in range(outs_n))
         if dispatchable_only and _creates_partial(tensors, ins):
             continue
+        if any(mixes_partial_families(o) for o in outs):
+            continue  # e.g. [P(max), P(sum)]: no single value (Note [Mixing Partial ops])
+        locals_ = {st.local for st in combo if st.local}
+        if len(locals_) > 1:
+            continue  # two different per-rank computations cannot both run
+        local = locals_.pop() if locals_ else None
         try:
             for t, p in zip(tensors, ins):
                 normalize_placements(p, t.ndim, len(op.mesh_shape))
@@ -71,9 +79,9 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
                           for t, p in zip(tensors, ins))
         except PlacementError:
             continue
-        key = (ins, outs)
+        key = (ins, outs, local)
         if key not in found:
-            found[key] = Candidate(ins, outs, moves)
+            found[key] = Candidate(ins, outs, moves, local)
     ordered = list(found.values())
     ordered.sort(key=lambda c: _rank(c, tensors))  # stable: ties keep the rule's order
     return ordered

@@ -92,17 +92,46 @@ class OpSpec:
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """For one mesh dimension: the placement each tensor input needs, and the outputs'."""
+    """For one mesh dimension: the placement each tensor input needs, and the outputs'.
+
+    ``local`` names a local function (``LOCAL_FUNCTIONS``) that each rank runs instead of the
+    aten op on its pieces, for strategies where the per-rank computation differs from the op
+    itself (Note [local functions])."""
 
     inputs: tuple[Placement, ...]
     outputs: tuple[Placement, ...]
+    local: str | None = None
 
     def __repr__(self) -> str:
+        local = f", local={self.local}" if self.local else ""
         return (f"Strategy({fmt_placements(self.inputs)[1:-1]}->"
-                f"{fmt_placements(self.outputs)[1:-1]})")
+                f"{fmt_placements(self.outputs)[1:-1]}{local})")
 
 
 Rule = Callable[[OpSpec], Sequence[Strategy]]
+
+# Note [local functions]
+# Some strategies need each rank to compute something other than the aten op on its pieces:
+# a vocab-sharded embedding looks up only the rows it holds, shifted by its offset, and writes
+# zeros elsewhere, so the outputs are Partial(sum) addends. A local function gets the op, the
+# local arguments and, per tensor input, the global box (start, stop per dim) its piece covers
+# (from the layout, so any nesting of mesh dims works); the dispatcher and the soundness
+# harness both call it, so what the harness proves is what runs.
+Box = tuple[tuple[int, int], ...]
+LocalFunction = Callable[[Any, tuple, dict, Sequence["Box | None"]], Any]
+LOCAL_FUNCTIONS: dict[str, LocalFunction] = {}
+
+
+def local_function(name: str) -> Callable[[LocalFunction], LocalFunction]:
+    """Register a local function under ``name`` for ``Strategy(..., local=name)``."""
+
+    def deco(fn: LocalFunction) -> LocalFunction:
+        if name in LOCAL_FUNCTIONS:
+            raise ValueError(f"local function {name!r} is already registered")
+        LOCAL_FUNCTIONS[name] = fn
+        return fn
+
+    return deco
 
 
 @dataclass

@@ -19,11 +19,11 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from dtensor.layout import local_shape, mesh_coordinates
+from dtensor.layout import local_box, local_shape, mesh_coordinates
 from dtensor.local_redistribute import shard_full, unshard
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Candidate, candidates
-from dtensor.ops.registry import REGISTRY, OpSpec, Registry, TensorSpec
+from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, Registry, TensorSpec
 from dtensor.placements import Placement, Replicate, fmt_placements
 
 
@@ -77,7 +77,12 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
             local_out = local_shape(tuple(expected[0].shape), mesh_shape, cand.outputs[0], c)
             la, lk = localize_shape_args(op, la, lk, local_out)
         try:
-            out = op(*la, **lk)
+            if cand.local:
+                boxes = [local_box(flat[i].shape, mesh_shape, p, c)
+                         for i, p in zip(positions, cand.inputs)]
+                out = LOCAL_FUNCTIONS[cand.local](op, la, lk, boxes)
+            else:
+                out = op(*la, **lk)
         except Exception as e:  # noqa: BLE001 - a strategy whose local op cannot run is unsound
             return f"the op fails on rank {c}'s pieces: {type(e).__name__}: {e}"
         per_rank[c] = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
