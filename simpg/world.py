@@ -176,6 +176,9 @@ class World:
             if me.status is Status.DONE:
                 return
             me.status = Status.DONE
+            live = sum(r.status is not Status.DONE for r in self._ranks)
+            if self._gate_arrivals and self._gate_arrivals >= live:
+                self._open_gate()  # the others wait for this rank at a subtest's end: no more
             nxt = self._pass_baton(me)
         self._give_cpu(me)
         if nxt is not None:
@@ -217,11 +220,12 @@ class World:
             self._hand_to(nxt)
         self._switch(me, nxt)
 
-    def check_failed(self) -> None:
-        """Raise on the calling rank if the world has failed (or its subtest was aborted)."""
-        if self.failure is not None or self._aborted is not None:
+    def check_failed(self, subtest: bool = True) -> None:
+        """Raise on the calling rank if the world has failed (or, with ``subtest``, if the
+        current subtest was aborted)."""
+        if self.failure is not None or (subtest and self._aborted is not None):
             with self._lock:
-                self._raise_if_failed()
+                self._raise_if_failed(subtest)
 
     def leave_if_member(self) -> None:
         if getattr(self._local, "rank", None) is not None:
@@ -309,6 +313,8 @@ class World:
             if self.subtests_active and self._aborted is None:
                 self._aborted = (self._deadlock_error(), None)  # abort the subtest, go on
                 return self._pass_baton(me)
+            # stuck even with the subtest aborted (or outside subtests): the world is over
+            self.subtests_active = False
             self._fail_locked(self._deadlock_error(), None)
         return None
 

@@ -76,3 +76,13 @@ def test_run_subtests_inside_the_world_marker():
         assert t.item() == {dist.ReduceOp.SUM: 10, dist.ReduceOp.MAX: 4}[op]
 
     simpg.run_subtests({"op": [dist.ReduceOp.SUM, dist.ReduceOp.MAX]}, check)
+
+
+def test_combinations_that_fail_on_every_rank_outside_collectives():
+    def check(n):
+        raise ValueError(f"bad {n}")  # no collective: nobody waits on anybody
+
+    with pytest.raises(simpg.SubtestsFailed) as info:
+        simpg.run(simpg.run_subtests, 3, {"n": [1, 2]}, check, timeout=10)
+    msg = str(info.value)
+    assert "[n=1] failed on rank" in msg and "[n=2] failed on rank" in msg
