@@ -31,6 +31,18 @@ def _moved(local: torch.Tensor, spec: DTensorSpec, placements: Sequence[Placemen
                                      spec.shape, async_op=async_op)
 
 
+def _grad_parts(grad: torch.Tensor, spec: DTensorSpec) -> tuple[torch.Tensor, DTensorSpec]:
+    """(local piece, spec) of an incoming gradient. Autograd materializes a missing gradient
+    as a plain tensor of the global shape (zeros): that is a Replicate value."""
+    from dtensor.placements import Replicate
+    from dtensor.tensor import DTensor
+
+    if isinstance(grad, DTensor):
+        return grad._local_tensor, grad._spec
+    replicated = tuple(Replicate() for _ in spec.placements)
+    return grad, DTensorSpec(spec.mesh, replicated, spec.shape, spec.stride, grad.dtype)
+
+
 class FromLocal(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, local: torch.Tensor,  # type: ignore[override]
@@ -43,7 +55,8 @@ class FromLocal(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: DTensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         target = replicate_partials(ctx.spec.placements)
-        return _moved(grad._local_tensor, grad._spec, target), None
+        local, spec = _grad_parts(grad, ctx.spec)
+        return _moved(local, spec, target), None
 
 
 class ToLocal(torch.autograd.Function):
@@ -80,5 +93,6 @@ class Redistribute(torch.autograd.Function):
         from dtensor.tensor import DTensor
 
         target = replicate_partials(ctx.src_spec.placements)
-        local = _moved(grad._local_tensor, grad._spec, target)
-        return DTensor(local, grad._spec.with_placements(target), requires_grad=False), None, None
+        local, spec = _grad_parts(grad, ctx.src_spec)
+        local = _moved(local, spec, target)
+        return DTensor(local, spec.with_placements(target), requires_grad=False), None, None

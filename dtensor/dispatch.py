@@ -239,11 +239,6 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
         out = LOCAL_FUNCTIONS[plan.decision.chosen.local](func, largs, lkwargs, plan.boxes)
     else:
         out = func(*largs, **lkwargs)
-    if plan.in_place:
-        written = [t for t in tensors if isinstance(t, DTensor)]
-        if plan.inplace_view:
-            _restride(func, args, kwargs, written[0], plan)
-        return written[0] if len(written) == 1 or not isinstance(out, tuple) else out
     specs = iter(plan.out_specs)
 
     def wrap(t: Any) -> Any:
@@ -254,7 +249,43 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
             return type(t)(wrap(v) for v in t)
         return t
 
-    return wrap(out)
+    sources = _return_sources(func)
+    if not any(src is not None for src in sources):
+        return wrap(out)
+    # add_ returns self, batch_norm writes its running stats but returns new tensors: a return
+    # that aliases an argument is that argument (the DTensor the caller holds)
+    outs = out if isinstance(out, tuple) else (out,)
+    results = []
+    for value, src in zip(outs, sources):
+        if src is None:
+            results.append(wrap(value))
+            continue
+        if isinstance(value, torch.Tensor):
+            next(specs)
+        position, name = src
+        original = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(original, DTensor):
+            if plan.inplace_view:
+                _restride(func, args, kwargs, original, plan)
+            value = original
+        results.append(value)
+    return tuple(results) if isinstance(out, tuple) else results[0]
+
+
+@lru_cache(maxsize=4096)
+def _return_sources(func: Any) -> tuple[tuple[int, str] | None, ...]:
+    """Per return of the op: (position, name) of the argument it aliases, else None."""
+    args = func._schema.arguments
+    out = []
+    for r in func._schema.returns:
+        found = None
+        if r.alias_info is not None:
+            for i, a in enumerate(args):
+                if a.alias_info is not None and a.alias_info.before_set & r.alias_info.before_set:
+                    found = (i, a.name)
+                    break
+        out.append(found)
+    return tuple(out)
 
 
 def _restride(func: Any, args: tuple, kwargs: dict, target: Any, plan: _Plan) -> None:
@@ -297,7 +328,9 @@ def _output_meta(op: OpSpec) -> list[torch.Tensor]:
             return [meta(v) for v in x]
         return x
 
-    out = op.op(*[meta(a) for a in op.args], **{k: meta(v) for k, v in op.kwargs})
+    # a target device (to, _to_copy) would copy the meta tensor out: keep it on meta
+    kwargs = {k: ("meta" if k == "device" and v is not None else meta(v)) for k, v in op.kwargs}
+    out = op.op(*[meta(a) for a in op.args], **kwargs)
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
@@ -333,20 +366,33 @@ def _fallback(func: Any, flat: list, tree: Any, dts: list) -> Any:
         warnings.warn(f"{name} has no sharding rule: its DTensor inputs are gathered to "
                       "Replicate (correct, but moves the whole tensor)", stacklevel=3)
     mesh = dts[0]._spec.mesh
-    replicated = tuple(Replicate() for _ in range(mesh.ndim))
     full = [_full(a) if isinstance(a, DTensor) else a for a in flat]
     args, kwargs = pytree.tree_unflatten(full, tree)
     out = func(*args, **kwargs)
     if func._schema.is_mutable:
         _write_back(func, flat, full, tree)
-        return flat[0] if isinstance(flat[0], DTensor) else out
+        d_args, d_kwargs = pytree.tree_unflatten(flat, tree)
+        sources = _return_sources(func)
+        if any(src is not None for src in sources):
+            outs = out if isinstance(out, tuple) else (out,)
+            picked = [(d_args[src[0]] if src[0] < len(d_args) else d_kwargs.get(src[1]))
+                      if src is not None else value for value, src in zip(outs, sources)]
+            picked = [p if isinstance(p, DTensor) or s is not None else _wrap_replicated(p, mesh)
+                      for p, s in zip(picked, sources)]
+            return tuple(picked) if isinstance(out, tuple) else picked[0]
 
-    def wrap(t: torch.Tensor) -> DTensor:
-        shape = tuple(t.shape)
-        spec = DTensorSpec(mesh, replicated, shape, contiguous_strides(shape), t.dtype)
-        return DTensor(t, spec, requires_grad=False)
+    return pytree.tree_map_only(torch.Tensor, lambda t: _wrap_replicated(t, mesh), out)
 
-    return pytree.tree_map_only(torch.Tensor, wrap, out)
+
+def _wrap_replicated(t: Any, mesh: Any) -> Any:
+    from dtensor.tensor import DTensor
+
+    if not isinstance(t, torch.Tensor):
+        return t
+    shape = tuple(t.shape)
+    replicated = tuple(Replicate() for _ in range(mesh.ndim))
+    spec = DTensorSpec(mesh, replicated, shape, contiguous_strides(shape), t.dtype)
+    return DTensor(t, spec, requires_grad=False)
 
 
 def _full(d: Any) -> torch.Tensor:

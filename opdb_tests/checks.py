@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from dtensor.dispatch import fallback_policy
+from dtensor.dispatch import _written, fallback_policy
 from simpg.errors import SimpgError
 from dtensor.layout import local_slices
 from dtensor.local_redistribute import shard_full
@@ -142,7 +142,9 @@ def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
 
     spec = dataclasses.replace(spec, args=tuple(place(a) for a in spec.args),
                                kwargs=tuple((k, place(v)) for k, v in spec.kwargs))
-    return decide(spec).chosen.outputs
+    # written arguments (in-place targets, batch norm's running stats) keep their placements,
+    # as the dispatcher demands
+    return decide(spec, _written(spec.op, spec)).chosen.outputs
 
 
 def _close(got: Any, want: Any, rtol: float, atol: float) -> str | None:

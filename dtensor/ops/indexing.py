@@ -72,7 +72,9 @@ def index_select(op: OpSpec) -> list[Strategy]:
     out = [Strategy((R, R), (R,))]
     # rows of x along another dim: each rank selects from its own rows
     out += [Strategy((Shard(d), R), (Shard(d),)) for d in range(x.ndim) if d != dim]
-    if index.ndim == 1:  # a 1-D index's chunks are the output's chunks along dim
+    # a 1-D index's chunks are the output's chunks along dim; a 0-d x has no dim to chunk
+    # (and index_select on it rejects an empty index piece)
+    if index.ndim == 1 and x.ndim > 0:
         out.append(Strategy((R, Shard(0)), (Shard(dim),)))
     out += [Strategy((p, R), (p,)) for p in partials(x)]  # Note [selection keeps Partial]
     return out

@@ -9,7 +9,9 @@ Note [Partial in pointwise ops]
   P(sum) + R is not P(sum): R would be added once per rank. A Python scalar likewise.
 - neg, and mul/div by a Replicate or scalar factor, keep P(sum)/P(avg): c*(a1+a2) = c*a1 + c*a2.
 - mul of two Partials is not linear: (a1+a2)(b1+b2) has cross terms.
-- P(max)/P(min) survive only order-preserving maps; none are claimed here yet.
+- P(avg)/P(max)/P(min) + a scalar c stay Partial: mean/max/min of (a_i + c) is theirs + c.
+- floor/trunc division is not linear, so ``div(..., rounding_mode=...)`` keeps no Partial.
+- P(max)/P(min) survive only order-preserving maps; none others are claimed here yet.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ def _partial_strategies(op: OpSpec, tensors: list[TensorSpec], n_out: int) -> li
     has_scalar = any(isinstance(a, (int, float, complex)) and not isinstance(a, bool)
                      for a in op.args[1:])
     out: list[Strategy] = []
+    if op.kwarg("rounding_mode") is not None:
+        return out  # floor/trunc division is not linear: floor(a1/c) + floor(a2/c) != floor(a/c)
+    if name in ("add", "sub") and has_scalar and len(tensors) == 1:
+        # shifting every addend by c shifts their mean, max and min by c (not their sum)
+        out += [Strategy((Partial(k),), (Partial(k),) * n_out) for k in ("avg", "max", "min")]
     for kind in ("sum", "avg"):
         p = Partial(kind)
         if name in _JOINTLY_LINEAR and not (name in _ADDS_SCALAR and has_scalar):
