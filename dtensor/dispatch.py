@@ -274,14 +274,17 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
 
 @lru_cache(maxsize=4096)
 def _return_sources(func: Any) -> tuple[tuple[int, str] | None, ...]:
-    """Per return of the op: (position, name) of the argument it aliases, else None."""
+    """Per return of the op: (position, name) of the argument it writes and returns (add_
+    returns self), else None. A view's return aliases its input without writing it: a new
+    DTensor, not the input."""
     args = func._schema.arguments
     out = []
     for r in func._schema.returns:
         found = None
         if r.alias_info is not None:
             for i, a in enumerate(args):
-                if a.alias_info is not None and a.alias_info.before_set & r.alias_info.before_set:
+                if (a.alias_info is not None and a.alias_info.is_write
+                        and a.alias_info.before_set & r.alias_info.before_set):
                     found = (i, a.name)
                     break
         out.append(found)
