@@ -50,7 +50,7 @@ def recorded_hash() -> str | None:
     if not MATRIX.exists():
         return None
     first = MATRIX.read_text().split("\n", 1)[0]
-    return first.split("inputs-hash:", 1)[1].strip() if "inputs-hash:" in first else None
+    return first.split("inputs-hash:", 1)[1].split()[0] if "inputs-hash:" in first else None
 
 
 # -- cells ------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def markdown(results: Sequence, digest: str) -> str:
 def update_expected(results: Sequence) -> int:
     from opdb_tests import expectations
     from opdb_tests.checks import TIERS
-    from opdb_tests.expected_failures import EXPECTED, SKIP
+    from opdb_tests.expected_failures import EXPECTED, EXPLORATION, SKIP
 
     new: dict[tuple[str, str], str] = {}
     skip = {k: v for k, v in SKIP.items()}
@@ -177,7 +177,8 @@ def update_expected(results: Sequence) -> int:
             fs = [f for f in r.failures if f.tier == t]
             if fs:
                 new[(r.key, t)] = EXPECTED.get((r.key, t)) or expectations.classify(fs)
-    EXPECTED_FILE.write_text(expectations.render(new, skip))
+    exploration = {kt: r for kt, r in EXPLORATION.items() if kt not in new}
+    EXPECTED_FILE.write_text(expectations.render(new, skip, exploration))
     return len(new)
 
 

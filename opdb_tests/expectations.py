@@ -13,7 +13,7 @@ import re
 from typing import Iterable, Sequence
 
 from opdb_tests.checks import TIERS, Failure
-from opdb_tests.expected_failures import EXPECTED, SKIP
+from opdb_tests.expected_failures import EXPECTED
 
 
 def expected(key: str, tier: str) -> str | None:
@@ -69,7 +69,8 @@ def classify(failures: Sequence[Failure]) -> str:
     return first[:160]
 
 
-def render(expected_map: dict[tuple[str, str], str], skip: dict[str, str]) -> str:
+def render(expected_map: dict[tuple[str, str], str], skip: dict[str, str],
+           exploration: dict[tuple[str, str], str] | None = None) -> str:
     """The text of expected_failures.py, grouped by reason."""
     lines = ['"""Expected failures of the op-database tests: one entry per (OpInfo variant, tier),',
              "each with its reason; strict (an unexpected pass fails the run, so this only",
@@ -87,6 +88,13 @@ def render(expected_map: dict[tuple[str, str], str], skip: dict[str, str]) -> st
         lines.append(f"    # -- {group}")
         for kt in sorted(by_reason[group]):
             lines.append(f"    {kt!r}: {expected_map[kt]!r},")
+    lines.append("}")
+    lines += ["", "# (variant, tier): the base cases pass, but hypothesis draws find failures (the",
+              "# reason names one). The default tier does not explore these tiers; the slow tier",
+              "# does, strictly: a listed tier whose exploration passes fails the run.",
+              "EXPLORATION: dict[tuple[str, str], str] = {"]
+    for kt in sorted(exploration or {}):
+        lines.append(f"    {kt!r}: {(exploration or {})[kt]!r},")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -38,6 +38,7 @@ from typing import Sequence
 
 import torch
 
+from dtensor.layout import chunk_bounds
 from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
@@ -80,8 +81,8 @@ def einsum_strategies(equation: str, operands: Sequence[TensorSpec]) -> list[Str
     return found
 
 
-def _with_bias(bias: TensorSpec, out_shape: Sequence[int],
-               strategies: list[Strategy]) -> list[Strategy]:
+def _with_bias(bias: TensorSpec, out_shape: Sequence[int], strategies: list[Strategy],
+               parts: int) -> list[Strategy]:
     """Note [bias of the add* ops]: the bias takes the product's placement, aligned."""
     found = []
     for s in strategies:
@@ -91,8 +92,14 @@ def _with_bias(bias: TensorSpec, out_shape: Sequence[int],
             d = p.dim - (len(out_shape) - bias.ndim)  # bias dims align to the right
             # a broadcast (size-1 or missing) bias dim is the same on every rank's chunk
             b = Shard(d) if d >= 0 and bias.shape[d] == out_shape[p.dim] else Replicate()
+            if isinstance(b, Replicate) and _has_empty_piece(out_shape[p.dim], parts):
+                continue  # addmv(bias(1,), empty rows) returns bias-shaped (1,), not (0,)
         found.append(Strategy((b,) + s.inputs, s.outputs))
     return found
+
+
+def _has_empty_piece(size: int, parts: int) -> bool:
+    return any(a == b for a, b in (chunk_bounds(size, parts, i) for i in range(parts)))
 
 
 # op -> (einsum of the product, whether the first tensor argument is a broadcast bias)
@@ -118,7 +125,9 @@ def einsum_rule(op: OpSpec) -> list[Strategy]:
     bias, operands = tensors[0], tensors[1:]
     ins, out = _parse(equation)
     sizes = {c: t.shape[i] for s, t in zip(ins, operands) for i, c in enumerate(s)}
-    return _with_bias(bias, [sizes[c] for c in out], einsum_strategies(equation, operands))
+    parts = math.prod(op.mesh_shape[:op.mesh_dim + 1])  # Note [nested shards]
+    return _with_bias(bias, [sizes[c] for c in out], einsum_strategies(equation, operands),
+                      parts)
 
 
 # -- attention ---------------------------------------------------------------------------------
