@@ -82,18 +82,23 @@ def einsum_strategies(equation: str, operands: Sequence[TensorSpec]) -> list[Str
 
 
 def _with_bias(bias: TensorSpec, out_shape: Sequence[int], strategies: list[Strategy],
-               parts: int) -> list[Strategy]:
+               operands: Sequence[TensorSpec], parts: int) -> list[Strategy]:
     """Note [bias of the add* ops]: the bias takes the product's placement, aligned."""
+    lead = len(out_shape) - bias.ndim
+    broadcast = any(size == 1 and out_shape[lead + d] != 1 for d, size in enumerate(bias.shape))
     found = []
     for s in strategies:
+        # the add* kernels return a size-1 broadcast bias's shape, not the output's, when a
+        # rank's product is empty (addmv(bias(1,), rows(0, k)) is (1,)): no such rank may exist
+        if broadcast and any(isinstance(p, Shard) and _has_empty_piece(t.shape[p.dim], parts)
+                             for p, t in zip(s.inputs, operands)):
+            continue
         p = s.outputs[0]
         b: Placement = p
         if isinstance(p, Shard):
             d = p.dim - (len(out_shape) - bias.ndim)  # bias dims align to the right
             # a broadcast (size-1 or missing) bias dim is the same on every rank's chunk
             b = Shard(d) if d >= 0 and bias.shape[d] == out_shape[p.dim] else Replicate()
-            if isinstance(b, Replicate) and _has_empty_piece(out_shape[p.dim], parts):
-                continue  # addmv(bias(1,), empty rows) returns bias-shaped (1,), not (0,)
         found.append(Strategy((b,) + s.inputs, s.outputs))
     return found
 
@@ -127,7 +132,7 @@ def einsum_rule(op: OpSpec) -> list[Strategy]:
     sizes = {c: t.shape[i] for s, t in zip(ins, operands) for i, c in enumerate(s)}
     parts = math.prod(op.mesh_shape[:op.mesh_dim + 1])  # Note [nested shards]
     return _with_bias(bias, [sizes[c] for c in out], einsum_strategies(equation, operands),
-                      parts)
+                      operands, parts)
 
 
 # -- attention ---------------------------------------------------------------------------------
