@@ -104,7 +104,7 @@ def _all_to_all(cur: Locals, step: Step, mesh: tuple[int, ...], shape: tuple[int
 
 
 def _all_reduce(cur: Locals, step: Step, mesh: tuple[int, ...], shape: tuple[int, ...]) -> Locals:
-    op = _one_partial_op(step)
+    op = one_partial_op(step)
     if any(not isinstance(step.dst[m], Replicate) for m in step.mesh_dims):
         raise StepError(f"{step}: all_reduce turns P(op) into R on every mesh dim of the group")
     out: Locals = {}
@@ -117,7 +117,7 @@ def _all_reduce(cur: Locals, step: Step, mesh: tuple[int, ...], shape: tuple[int
 
 def _reduce_scatter(cur: Locals, step: Step, mesh: tuple[int, ...],
                     shape: tuple[int, ...]) -> Locals:
-    op = _one_partial_op(step)
+    op = one_partial_op(step)
     if any(not isinstance(step.dst[m], Shard) for m in step.mesh_dims):
         raise StepError(f"{step}: reduce_scatter turns P(op) into S(d) on every mesh dim")
     out: Locals = {}
@@ -204,7 +204,7 @@ def _check_locals(cur: Locals, step: Step, mesh: tuple[int, ...], shape: tuple[i
                             f"expected {want} for {fmt_placements(step.src)} of {shape}")
 
 
-def _one_partial_op(step: Step) -> str:
+def one_partial_op(step: Step) -> str:
     ops = {step.src[m] for m in step.mesh_dims}
     (p,) = ops if len(ops) == 1 else (None,)
     if not isinstance(p, Partial):

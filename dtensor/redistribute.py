@@ -36,7 +36,7 @@ from dtensor.comm import Handle
 from dtensor.layout import (Box, box_contains, box_intersect, box_numel, box_shape, local_box,
                             local_shape, mesh_groups)
 from dtensor.local_redistribute import STEP_FUNCTIONS as REFERENCE_STEPS
-from dtensor.local_redistribute import StepError
+from dtensor.local_redistribute import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
 from dtensor.planner import Step, plan
@@ -149,7 +149,7 @@ def _all_to_all(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tens
 
 
 def _all_reduce(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
-    op = _one_partial_op(step)
+    op = one_partial_op(step)
     if any(not isinstance(step.dst[m], Replicate) for m in step.mesh_dims):
         raise StepError(f"{step}: all_reduce turns P(op) into R on every mesh dim of the group")
     _check_avg(op, t, step)
@@ -158,7 +158,7 @@ def _all_reduce(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tens
 
 
 def _reduce_scatter(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
-    op = _one_partial_op(step)
+    op = one_partial_op(step)
     if any(not isinstance(step.dst[m], Shard) for m in step.mesh_dims):
         raise StepError(f"{step}: reduce_scatter turns P(op) into S(d) on every mesh dim")
     _check_avg(op, t, step)
@@ -264,14 +264,6 @@ def _unpack(new: torch.Tensor, target: Box, boxes: tuple[Box, ...], buf: torch.T
 
 # ---------------------------------------------------------------------------------------------
 # Checks shared with the reference's semantics
-
-
-def _one_partial_op(step: Step) -> str:
-    ops = {step.src[m] for m in step.mesh_dims}
-    (p,) = ops if len(ops) == 1 else (None,)
-    if not isinstance(p, Partial):
-        raise StepError(f"{step}: {step.kind} needs one P(op) on every mesh dim of the group")
-    return p.reduce_op
 
 
 def _check_avg(op: str, t: torch.Tensor, step: Step) -> None:

@@ -156,25 +156,15 @@ def test_independent_worlds_in_parallel_threads():
     results = {}
 
     def one_world(k):
-        def body():
-            torch.manual_seed(k)
-            t = torch.tensor([float(dist.get_rank() + k)])
-            for _ in range(20):
-                dist.all_reduce(t)
-                t /= 4
-            return t.item(), torch.rand(1).item()
-
-        results[k] = simpg.run(body, 4)
+        results[k] = simpg.run(_world_body(k), 4)
 
     threads = [threading.Thread(target=one_world, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    for k in range(4):
-        alone = simpg.run(lambda: (torch.manual_seed(k), None)[1], 1)  # noqa: B023
+    for k in range(4):  # the same world alone gives the same numbers: no cross-talk
         assert results[k] == simpg.run(_world_body(k), 4)
-        assert alone == [None]
 
 
 def _world_body(k):
