@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from dtensor.layout import local_shape
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Placement, Replicate, normalize_placements
 from dtensor.redistribute import redistribute_local_tensor
@@ -63,19 +64,23 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
     return _from_full(full, device_mesh, placements_t, tensor.requires_grad)
 
 
+def _shape(size: tuple) -> tuple[int, ...]:
+    """``zeros(2, 3)`` and ``zeros((2, 3))`` alike."""
+    if len(size) == 1 and not isinstance(size[0], int):
+        size = tuple(size[0])
+    return tuple(int(s) for s in size)
+
+
 def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple, device_mesh: DeviceMesh,
              placements: Sequence[Placement] | None, requires_grad: bool) -> DTensor:
-    shape = tuple(int(s) for s in (size[0] if len(size) == 1 and not isinstance(size[0], int)
-                                   else size))
+    """Build only this rank's piece (nothing on a rank outside the mesh)."""
+    shape = _shape(size)
     placements_t = _placements(placements, len(shape), device_mesh, shape)
     coord = device_mesh.get_coordinate()
-    local_shape = (0,) * len(shape) if coord is None else None
-    from dtensor.layout import local_shape as piece_shape
-
-    if local_shape is None:
-        local_shape = piece_shape(shape, device_mesh.shape, placements_t, coord)
-    local = make(local_shape)
-    return make_dtensor(local, device_mesh, placements_t, shape, requires_grad=requires_grad)
+    piece = ((0,) * len(shape) if coord is None
+             else local_shape(shape, device_mesh.shape, placements_t, coord))
+    return make_dtensor(make(piece), device_mesh, placements_t, shape,
+                        requires_grad=requires_grad)
 
 
 def _filled(fill: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
@@ -109,8 +114,7 @@ def _random(draw: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
     def factory(*size: int, device_mesh: DeviceMesh, placements: Sequence[Placement] | None = None,
                 dtype: torch.dtype | None = None, requires_grad: bool = False,
                 generator: torch.Generator | None = None) -> DTensor:
-        shape = tuple(int(s) for s in (size[0] if len(size) == 1 and not isinstance(size[0], int)
-                                       else size))
+        shape = _shape(size)
         full_tensor = draw(shape, dtype=dtype, generator=generator,
                            device=torch.device(device_mesh.device_type))  # Note [sharded RNG]
         placements_t = _placements(placements, len(shape), device_mesh, shape)
