@@ -43,14 +43,14 @@ def _explore(e: Entry, r: sweep.Result, tiers: set[str], n_samples: int, budget:
     if not ss or not tiers or budget == 0:
         return
 
-    # the ci profile keeps to 2-core CI's budget: meshes of up to 4 ranks, forward and
-    # soundness draws (backward runs on the base cases; draws explore it in the slow tier),
-    # and a failing draw reported as found, since shrinking it would cost minutes
+    # the ci profile keeps to 2-core CI's budget: soundness draws only (threadless; end to end
+    # forward and backward run on the base cases, and draws explore them in the slow tier),
+    # meshes of up to 4 ranks, and a failing draw reported as found (shrinking costs minutes)
     ci = settings.get_current_profile_name() == "ci"
     phases = (Phase.explicit, Phase.reuse, Phase.generate) if ci else tuple(Phase)
     meshes = [m for m in MESHES if size(m) <= 4] if ci else list(MESHES)
     if ci:
-        tiers = tiers - {"backward"}
+        tiers = tiers & {"sound"}
     if not tiers:
         return
 
