@@ -7,7 +7,6 @@ from typing import Any, Sequence
 import torch
 
 from dtensor import _autograd
-from dtensor.layout import local_shape
 from dtensor.mesh import DeviceMesh
 from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
@@ -156,4 +155,4 @@ def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Pla
     return DTensor(local, spec, requires_grad=requires_grad)
 
 
-__all__ = ["DTensor", "local_shape", "make_dtensor"]
+__all__ = ["DTensor", "make_dtensor"]

@@ -6,7 +6,6 @@ import contextvars
 import threading
 import uuid
 import weakref
-from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
@@ -77,5 +76,3 @@ def register() -> None:
         return
     dist.Backend.register_backend("simpg", _create, extended_api=True, devices=["cpu", "cuda"])
 
-
-DEFAULT_TIMEOUT = timedelta(seconds=60)
