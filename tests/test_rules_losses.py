@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import simpg
 from mesh_world import run_on_mesh as _world
 from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
+from dtensor.ops.propagate import candidates, per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
@@ -51,6 +51,29 @@ def _nll_cases():
         grad2 = torch.randn(3, 2, 3, generator=g) if r == 0 else torch.randn((), generator=g)
         cases.append((f"nll2d_bwd-{r}", aten.nll_loss2d_backward.default,
                       (grad2, x2, t2, None, r, -100, tw2)))
+    return cases + _class_sharded_cases()
+
+
+def _class_sharded_cases():
+    """Shapes that exercise Note [class-sharded nll_loss]: 10 classes (uneven over 3 and 4,
+    with ignore_index a real class and weights), unbatched backward, 2d with weights."""
+    cases = []
+    for r in (0, 1, 2):
+        x, t, w = logp(7, 10), target(10, 7, ignore=4), torch.rand(10, generator=g)
+        cases.append((f"nll-v10-{r}", aten.nll_loss_forward.default, (x, t, w, r, 4)))
+        _, tw = aten.nll_loss_forward(x, t, w, r, 4)
+        grad = torch.randn(7, generator=g) if r == 0 else torch.randn((), generator=g)
+        cases.append((f"nll_bwd-v10-{r}", aten.nll_loss_backward.default,
+                      (grad, x, t, w, r, 4, tw)))
+        x1, t1 = logp(5), target(5)
+        _, tw1 = aten.nll_loss_forward(x1, t1, None, r, -100)
+        cases.append((f"nll_bwd-1d-{r}", aten.nll_loss_backward.default,
+                      (torch.randn((), generator=g), x1, t1, None, r, -100, tw1)))
+        x2, t2, w2 = logp(2, 5, 3, 2), target(5, 2, 3, 2, ignore=-100), torch.rand(5, generator=g)
+        _, tw2 = aten.nll_loss2d_forward(x2, t2, w2, r, -100)
+        grad2 = torch.randn(2, 3, 2, generator=g) if r == 0 else torch.randn((), generator=g)
+        cases.append((f"nll2d_bwd-w-{r}", aten.nll_loss2d_backward.default,
+                      (grad2, x2, t2, w2, r, -100, tw2)))
     return cases
 
 
@@ -90,13 +113,47 @@ def test_keyword_reduction():
         assert check_op(aten.mse_loss.default, args, {"reduction": 2}, mesh_shape) == []
 
 
-def test_mean_over_batch_shards_is_not_offered():
+def test_batch_sharded_mean_keeps_the_target_whole():
+    """A plain local mean divides by the local count: the batch-sharded nll_loss mean keeps
+    the target Replicate and names the local function that divides by the global count."""
     spec = op_spec(aten.nll_loss_forward.default, (logp(6, 4), target(4, 6), None, 1, -100),
                    {}, (2,))
-    got = [repr(s) for s in per_dim_strategies(spec)[0]]
-    assert not any(s.startswith("Strategy(S(0)") for s in got)
+    sharded = [s for s in per_dim_strategies(spec)[0] if s.inputs[0] == Shard(0)]
+    assert sharded and all(s.inputs[1] == Replicate() and s.local == "nll_loss_own_box"
+                           for s in sharded)
     spec = op_spec(aten.mse_loss.default, (logp(6, 4), logp(6, 4)), {}, (4,))  # 6 % 4 != 0
     assert not any("S(0)" in repr(s) for s in per_dim_strategies(spec)[0])
+
+
+CLASS_SHARDED = [c for c in CASES if c[0].startswith("nll")]
+
+
+@pytest.mark.parametrize("name,op,args", CLASS_SHARDED, ids=[c[0] for c in CLASS_SHARDED])
+def test_class_sharded_candidate_is_offered(name, op, args):
+    """The sweep above proves what is offered; this says the class-sharded one is among it
+    (log-probs are the first tensor of the forward, the second of the backward)."""
+    x = args[1] if "bwd" in name else args[0]
+    c = 1 if x.ndim >= 2 else 0
+    found = [cand for cand in candidates(op_spec(op, args, {}, (4,)), dispatchable_only=False)
+             if cand.inputs[1 if "bwd" in name else 0] == (Shard(c),)]
+    assert found and all(cand.local for cand in found)
+    want = (Shard(c),) if "bwd" in name else (Partial(),)
+    assert found[0].outputs[0] == want
+
+
+def test_harness_runs_the_local_function():
+    """A class-sharded strategy that claims the wrong output is caught: the harness runs the
+    local function, it does not take the claim on trust."""
+    from dtensor.ops.losses import NLL_OWN
+    from dtensor.ops.registry import Registry, Strategy
+
+    wrong = Registry()
+    wrong.register([aten.nll_loss_forward.default],
+                   lambda op: [Strategy((Shard(1), Replicate()), (Partial("avg"), Replicate()),
+                                        local=NLL_OWN)])
+    problems = check_op(aten.nll_loss_forward.default,
+                        (logp(6, 5), target(5, 6), None, 2, -100), {}, (4,), registry=wrong)
+    assert len(problems) == 1 and "differs" in problems[0].reason
 
 
 # -- end to end on simpg --------------------------------------------------------------------

@@ -9,8 +9,12 @@ divides by a count. Per mesh dim:
 - ``mean`` is a ratio of two sums. The local op divides by the LOCAL count, and local counts
   differ (uneven shards, ignore_index, class weights), so P(avg) is not the mean:
   (1/2)(a1/n1 + a2/n2) != (a1 + a2)/(n1 + n2) unless n1 == n2. nll_loss's count depends on
-  the target's values, so no sharded ``mean`` is offered; mse_loss's count is the number of
-  elements, so P(avg) is offered when every shard has the same size (Note [even shards]).
+  the target's values: its sharded ``mean`` keeps the target Replicate and divides by the
+  global count in a local function (Note [class-sharded nll_loss]); mse_loss's count is the
+  number of elements, so P(avg) is offered when every shard has the same size
+  (Note [even shards]).
+- nll_loss's log-probs sharded on the class dim: Partial(sum) losses through a local
+  function (Note [class-sharded nll_loss]).
 - the backward ops are linear in grad_output: P(sum)/P(avg) grads give P grads.
 
 Note [even shards]
@@ -20,21 +24,33 @@ condition. If every sharded dim of the candidate satisfies it, all ranks hold eq
 elements and the average of local means is the mean.
 
 Note [class-sharded nll_loss]
-log-probabilities sharded on the class dim would give P(sum) loss if each rank picked the
-target's log-prob where it holds that class and 0 elsewhere (target shifted by the rank's
-offset, out-of-range targets masked). The plain local nll_loss with global targets is not
-that computation (it indexes out of range), so the strategy needs a local function the
-dispatcher cannot run yet; not offered.
+nll_loss picks one log-prob per position: loss[i] = -w[t_i] * x[i, t_i]. With the log-probs
+sharded on the class dim, each rank picks x[i, t_i] only where it holds class t_i (target
+shifted by its box's offset; other classes, and ignore_index, give 0), so the ranks' losses
+add up to the loss: Partial(sum) for every reduction, as long as ``mean`` divides by the
+GLOBAL total_weight. total_weight = sum of w[t_i] over non-ignored positions depends only on
+target and weight, so with both Replicate each rank computes the global one (Replicate).
+The backward writes -w[t_i] * g_i (/ total_weight for mean) at (i, t_i) where the rank holds
+t_i and zeros elsewhere: grad_input Shard(class dim), each rank writing only its classes.
+
+The plain op on a class piece with global targets would index out of range, so these
+strategies name a local function (Note [local functions] in registry.py): one per op that
+computes the op restricted to its input's box (the rows AND the classes it holds) and so
+also agrees with every plain strategy it is combined with on other mesh dims. The same box
+gives the batch-sharded ``mean``: positions sharded with the target Replicate, a rank sums
+its rows and divides by the global total_weight: Partial(sum), exact on uneven shards.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Sequence
 
 import torch
 
 from dtensor.ops.indexing import aligned_shards, partials
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import (Box, OpSpec, Strategy, TensorSpec, local_function,
+                                  sharding_rule)
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -43,12 +59,16 @@ NONE, MEAN, SUM = 0, 1, 2  # at::Reduction
 LINEAR = (Partial("sum"), Partial("avg"))
 
 
-def _position_dims(x: TensorSpec) -> list[tuple[int, int]]:
+def _position_dims(x: TensorSpec | torch.Tensor) -> list[tuple[int, int]]:
     """(input dim, target dim) pairs that index positions: batch, then spatial dims; the
     class dim (input dim 1, or 0 for an unbatched input) has no target dim."""
     if x.ndim < 2:
         return []
     return [(0, 0)] + [(k, k - 1) for k in range(2, x.ndim)]
+
+
+def _class_dim(x: TensorSpec | torch.Tensor) -> int:
+    return 1 if x.ndim >= 2 else 0
 
 
 @sharding_rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
@@ -64,10 +84,15 @@ def nll_loss_forward(op: OpSpec) -> list[Strategy]:
         elif reduction == SUM:  # sum over positions = sum over ranks of local sums
             out.append(Strategy((Shard(xd), Shard(td)) + w,
                                 (Partial("sum"), Partial("sum"))))
-        # MEAN: local mean = local sum / local total_weight: no Partial of the ranks' means
+        else:  # local sum / GLOBAL total_weight (whole target): the ranks' terms add up to
+            # the mean, where a plain local mean divides by the local count. Only for mean:
+            # beside a plain S(xd) target on another mesh dim, a Replicate one here would
+            # not hold the same rows as the input (Note [class-sharded nll_loss])
+            out.append(Strategy((Shard(xd), R) + w, (Partial("sum"), R), local=NLL_OWN))
     # linear in the log-probs: target and weights fix which entries are taken and total_weight
     out += [Strategy((p, R) + w, (p, R)) for p in partials(x, LINEAR)]
-    # Note [class-sharded nll_loss]
+    # each rank picks the targets in its classes: Note [class-sharded nll_loss]
+    out.append(Strategy((Shard(_class_dim(x)), R) + w, (Partial("sum"), R), local=NLL_OWN))
     return out
 
 
@@ -85,7 +110,130 @@ def nll_loss_backward(op: OpSpec) -> list[Strategy]:
         out.append(Strategy((g, Shard(xd), Shard(td)) + w + (R,), (Shard(xd),)))
     # linear in grad_output; self only gives the shape
     out += [Strategy((p, R, R) + w + (R,), (p,)) for p in partials(grad, LINEAR)]
+    # each rank writes the entries of its classes, zeros elsewhere: the grad's class pieces
+    # (Note [class-sharded nll_loss]); a per-position grad is needed whole on this mesh dim
+    out.append(Strategy((R, Shard(_class_dim(x)), R) + w + (R,), (Shard(_class_dim(x)),),
+                        local=NLL_BACKWARD_OWN))
     return out
+
+
+# -- local functions of Note [class-sharded nll_loss] -----------------------------------------
+NLL_OWN, NLL_BACKWARD_OWN = "nll_loss_own_box", "nll_loss_backward_own_box"
+
+
+def _bound(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by schema name (callers may pass any of them by keyword)."""
+    schema = func._schema.arguments
+    out = {a.name: (a.default_value if a.has_default_value() else None) for a in schema}
+    out.update(zip((a.name for a in schema), args))
+    out.update(kwargs)
+    return out
+
+
+def _rows(piece: torch.Tensor, box: Box, x: torch.Tensor, x_box: Box) -> torch.Tensor:
+    """The part of a position-shaped piece (target, per-position grad) whose positions are
+    the ones ``x_box`` holds; ``box`` is the piece's own box."""
+    index: list[slice] = []
+    for xd, td in _position_dims(x):
+        (lo, hi), (start, stop) = x_box[xd], box[td]
+        if lo < start or hi > stop:  # a strategy gave x rows its target piece does not hold
+            raise ValueError(f"nll_loss local function: the input holds positions [{lo}, {hi})"
+                             f" of dim {xd}, its target piece only [{start}, {stop})")
+        index.append(slice(lo - start, hi - start))
+    return piece[tuple(index)]
+
+
+def _picks(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+           ignore_index: int, classes: tuple[int, int]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per position: ``mine`` (the target is a class in ``classes``, not ignored), its index
+    in this piece's classes, and w[t] (0 where ignored)."""
+    valid = target != ignore_index
+    # a target past the last class is nobody's: the global check is loss_parallel's (it
+    # knows the class count); here what a piece can tell
+    bad = valid & (target < 0)
+    if weight is not None:
+        bad |= valid & (target >= weight.shape[0])
+    torch._assert_async(~bad.any(), "nll_loss: a target is out of bounds: expected "
+                                    "0 <= target < number of classes, or ignore_index")
+    lo, hi = classes
+    mine = valid & (target >= lo) & (target < hi)
+    zero = torch.zeros_like(target)
+    local = torch.where(mine, target - lo, zero)
+    if weight is None:
+        w_t = valid.to(x.dtype)
+    else:
+        w_t = weight[torch.where(valid, target, zero)] * valid
+    return mine, local, w_t
+
+
+def _total_weight(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                  ignore_index: int, reduction: int) -> torch.Tensor:
+    """Sum of w[t] over the non-ignored targets of this target piece (the op's second
+    output); a batched ``none`` does not compute it (0)."""
+    if reduction == NONE and x.ndim >= 2:
+        return x.new_zeros(())
+    valid = target != ignore_index
+    if weight is None:
+        return valid.sum().to(x.dtype)
+    return (weight[torch.where(valid, target, torch.zeros_like(target))] * valid).sum()
+
+
+@local_function(NLL_OWN)
+def nll_loss_own_box(func: Any, args: tuple, kwargs: dict,
+                     boxes: Sequence[Box | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """nll_loss_forward(2d) restricted to the box of its input: the rows and the classes this
+    rank holds (Note [class-sharded nll_loss]). total_weight comes from the whole target
+    piece: global where the target is Replicate, a Partial(sum) addend where it is sharded."""
+    a = _bound(func, args, kwargs)
+    x, target, weight = a["self"], a["target"], a["weight"]
+    reduction, ignore_index = a["reduction"], a["ignore_index"]
+    x_box, t_box = _boxes(boxes, 2)
+    c = _class_dim(x)
+    t = _rows(target, t_box, x, x_box)
+    mine, local, w_t = _picks(x, t, weight, ignore_index, x_box[c])
+    if x.shape[c] == 0:  # an empty class piece picks nothing
+        picked = x.new_zeros(t.shape)
+    else:
+        picked = x.gather(c, local.unsqueeze(c)).squeeze(c)
+    loss = torch.where(mine, -(picked * w_t), x.new_zeros(()))
+    total = _total_weight(x, target, weight, ignore_index, reduction)
+    if reduction == NONE:
+        return loss, total
+    if reduction == SUM:
+        return loss.sum(), total
+    return loss.sum() / total, total
+
+
+@local_function(NLL_BACKWARD_OWN)
+def nll_loss_backward_own_box(func: Any, args: tuple, kwargs: dict,
+                              boxes: Sequence[Box | None]) -> torch.Tensor:
+    """nll_loss_backward(2d) restricted to the box of its input: -w[t] * g (/ total_weight
+    for mean) at the targets among this rank's classes, zeros elsewhere."""
+    a = _bound(func, args, kwargs)
+    g, x, target, weight = a["grad_output"], a["self"], a["target"], a["weight"]
+    reduction, ignore_index, total = a["reduction"], a["ignore_index"], a["total_weight"]
+    g_box, x_box, t_box = _boxes(boxes, 3)
+    c = _class_dim(x)
+    t = _rows(target, t_box, x, x_box)
+    out = torch.zeros_like(x, memory_format=torch.contiguous_format)
+    if x.shape[c] == 0:
+        return out
+    if reduction == NONE and x.ndim >= 2:  # one grad per position
+        g = _rows(g, g_box, x, x_box)
+    mine, local, w_t = _picks(x, t, weight, ignore_index, x_box[c])
+    scale = -(g / total) if reduction == MEAN else -g  # the order aten computes in
+    values = torch.where(mine, scale * w_t, x.new_zeros(()))
+    # every position writes one entry: its value where it is mine, a zero at class 0 otherwise
+    return out.scatter_(c, local.unsqueeze(c), values.unsqueeze(c).to(out.dtype))
+
+
+def _boxes(boxes: Sequence[Box | None], n: int) -> list[Box]:
+    got = list(boxes[:n])
+    if any(b is None for b in got):  # the dispatcher passes boxes to every local function
+        raise ValueError(f"nll_loss local function needs the boxes of its first {n} inputs, "
+                         f"got {got}")
+    return got  # type: ignore[return-value]
 
 
 def _even(op: OpSpec, size: int) -> bool:
