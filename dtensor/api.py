@@ -54,14 +54,21 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
     full = tensor.detach()
     if src_data_rank is not None:
-        ranks = device_mesh.mesh.flatten().tolist()
-        if src_data_rank not in ranks:
-            raise ValueError(f"src_data_rank={src_data_rank} is not a rank of {device_mesh}: "
-                             f"expected one of {ranks}")
-        full = full.clone() if dist.get_rank() != src_data_rank else full.contiguous()
+        source = _source_rank(device_mesh, src_data_rank)
+        full = full.clone() if dist.get_rank() != source else full.contiguous()
         group = device_mesh.group_for(tuple(range(device_mesh.ndim)))
-        dist.broadcast(full, src=src_data_rank, group=group)
+        dist.broadcast(full, src=source, group=group)
     return _from_full(full, device_mesh, placements_t, tensor.requires_grad)
+
+
+def _source_rank(mesh: DeviceMesh, src_data_rank: int) -> int:
+    """The global rank holding the data: group rank ``src_data_rank`` on every mesh dim, as
+    torch reads it (so a sub-mesh of ranks [4, 5, 6, 7] reads from rank 4 for 0)."""
+    if isinstance(src_data_rank, bool) or not isinstance(src_data_rank, int) \
+            or not 0 <= src_data_rank < min(mesh.shape):
+        raise ValueError(f"src_data_rank={src_data_rank!r} is not a group rank on every dim of "
+                         f"{mesh}: expected an int in [0, {min(mesh.shape) - 1}] or None")
+    return int(mesh.mesh[(src_data_rank,) * mesh.ndim])
 
 
 def _shape(size: tuple) -> tuple[int, ...]:

@@ -252,7 +252,20 @@ class DeviceMesh:
         sub._bind(self.device_type, ranks, MeshSpec(tuple(ranks.shape), names), self._groups)
         # A sub-mesh's dim groups are its parent's: the same ranks in the same order.
         sub._dim_groups = [self._dim_groups[m] for m in dims]
+        # Remember where it came from: fully_shard composes a dp sub-mesh with parameters on
+        # a sibling tp sub-mesh by laying them out over the mesh both were cut from.
+        root, root_dims = self.root_mesh()
+        sub._root = root
+        sub._root_dims = tuple(root_dims[m] for m in dims)
         return sub
+
+    def root_mesh(self) -> tuple[DeviceMesh, tuple[int, ...]]:
+        """The mesh this one was sliced from (itself if none), and the dim of that mesh each
+        of this mesh's dims is."""
+        root = getattr(self, "_root", None)
+        if root is None:
+            return self, tuple(range(self.ndim))
+        return root, self._root_dims
 
     # -- identity ----------------------------------------------------------------------------
     def _key(self) -> tuple:

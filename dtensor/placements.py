@@ -38,6 +38,9 @@ class PlacementError(ValueError):
 class Shard:
     """Split tensor dim ``dim`` across one mesh dimension, like ``torch.chunk``.
 
+    A negative ``dim`` counts from the end, as in torch: it is resolved against the tensor
+    wherever placements meet one (``normalize_placements``), so specs only hold dims >= 0.
+
     >>> Shard(1)
     Shard(dim=1)
     """
@@ -47,13 +50,6 @@ class Shard:
     def __post_init__(self) -> None:
         if isinstance(self.dim, bool) or not isinstance(self.dim, int):
             raise PlacementError(f"Shard(dim={self.dim!r}): dim must be an int")
-        if self.dim < 0:
-            # A negative dim only means something against a tensor's ndim.
-            raise PlacementError(
-                f"Shard(dim={self.dim}): dim must be >= 0; to count from the end, pass the int "
-                f"{self.dim} to normalize_placements(placements, ndim, mesh_ndim), which "
-                f"resolves it against the tensor's ndim"
-            )
 
     def __str__(self) -> str:
         return f"S({self.dim})"
@@ -123,8 +119,8 @@ def normalize_placements(
 ) -> tuple[Placement, ...]:
     """Check ``placements`` against a tensor and a mesh; return them as a tuple.
 
-    An ``int`` entry ``d`` stands for ``Shard(d)`` and may be negative (counted from the end);
-    ``Shard`` itself only takes dims >= 0. ``shape``, when given, makes errors name it.
+    An ``int`` entry ``d`` stands for ``Shard(d)``; ints and ``Shard`` dims may be negative
+    (counted from the end). ``shape``, when given, makes errors name it.
 
     >>> normalize_placements([-1, Replicate()], ndim=2, mesh_ndim=2)
     (Shard(dim=1), Replicate())

@@ -44,17 +44,17 @@ def test_frozen_and_slotted(p):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: Shard(-1), r"Shard\(dim=-1\): dim must be >= 0.*normalize_placements"),
     (lambda: Shard(1.0), r"Shard\(dim=1.0\): dim must be an int"),
     (lambda: Shard(True), r"dim must be an int"),
     (lambda: Partial("prod"), r"Partial\(reduce_op='prod'\): expected one of sum, avg, max, min"),
-], ids=["negative", "float", "bool", "unknown-op"])
+], ids=["float", "bool", "unknown-op"])
 def test_bad_placements_say_what_was_expected(make, message):
     with pytest.raises(PlacementError, match=message):
         make()
 
 
 def test_normalize_resolves_negative_dims():
+    assert normalize_placements([Shard(-1)], 3, 1) == (Shard(2),)
     assert normalize_placements([-1, Replicate(), Shard(0)], 2, 3) == (
         Shard(1), Replicate(), Shard(0))
     assert normalize_placements([-2], 2, 1) == (Shard(0),)

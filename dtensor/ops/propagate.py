@@ -18,8 +18,8 @@ from functools import lru_cache
 from typing import Sequence
 
 from dtensor.ops.registry import REGISTRY, OpSpec, Registry, Strategy
-from dtensor.placements import (Partial, Placement, PlacementError, mixes_partial_families,
-                                normalize_placements)
+from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
+                                mixes_partial_families, normalize_placements)
 from dtensor.planner import plan, plan_bytes
 
 
@@ -64,7 +64,7 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
         ins = tuple(tuple(s.inputs[i] for s in combo) for i in range(len(tensors)))
         outs_n = len(combo[0].outputs) if combo else 0
         outs = tuple(tuple(s.outputs[j] for s in combo) for j in range(outs_n))
-        if dispatchable_only and _creates_partial(tensors, ins):
+        if dispatchable_only and _creates_partial(tensors, ins, outs):
             continue
         if any(mixes_partial_families(o) for o in outs):
             continue  # e.g. [P(max), P(sum)]: no single value (Note [Mixing Partial ops])
@@ -87,17 +87,26 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
     return ordered
 
 
-def _creates_partial(tensors: list, ins: tuple) -> bool:
+def _creates_partial(tensors: list, ins: tuple, outs: tuple) -> bool:
     """Note [no implicit Partial]: turning an input into Partial is free here but defers a
     reduction someone pays later, so a strategy may ask for Partial on a mesh dim only where
     some input already is that Partial (then the output inherits it; a Replicate operand is
-    placed on one rank, e.g. P + plain tensor)."""
+    placed on one rank, e.g. P + plain tensor), or where the op itself owes that reduction: a
+    contraction over a sharded dim makes every output that Partial whatever the bias is, so
+    placing a Replicate bias on one rank defers nothing more (addmm with a row-wise weight)."""
     for m in range(len(ins[0]) if ins else 0):
         wanted = {p[m] for p in ins if isinstance(p[m], Partial)}
         if not wanted:
             continue
         held = {t.placements[m] for t in tensors if isinstance(t.placements[m], Partial)}
-        if not wanted <= held:
+        if wanted <= held:
+            continue
+        owed = ({o[m] for o in outs} == wanted and len(wanted) == 1
+                and any(isinstance(p[m], Shard) for p in ins)
+                and all(t.placements[m] == p[m] or not isinstance(p[m], Partial)
+                        or isinstance(t.placements[m], Replicate)
+                        for t, p in zip(tensors, ins)))
+        if not owed:
             return True
     return False
 

@@ -1,0 +1,17 @@
+"""Parallel training on DTensors, with the names of ``torch.distributed.tensor.parallel``:
+tensor/sequence-parallel styles applied by module path, ``distribute_module``, fully sharded
+and replicated data parallel (``fully_shard``, ``replicate``) and ``loss_parallel``."""
+
+from dtensor.parallel.api import distribute_module, parallelize_module
+from dtensor.parallel.fsdp import fully_shard, replicate, state_bytes
+from dtensor.parallel.errors import FullyShardError, ParallelPlanError, ParallelStyleError
+from dtensor.parallel.styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
+                                     PrepareModuleInputOutput, PrepareModuleOutput,
+                                     RowwiseParallel, SequenceParallel)
+
+__all__ = [
+    "ColwiseParallel", "FullyShardError", "ParallelPlanError", "ParallelStyle",
+    "ParallelStyleError", "PrepareModuleInput", "PrepareModuleInputOutput",
+    "PrepareModuleOutput", "RowwiseParallel", "SequenceParallel", "distribute_module",
+    "parallelize_module", "fully_shard", "replicate", "state_bytes",
+]

@@ -1,0 +1,316 @@
+"""Data parallelism on DTensors: ``fully_shard`` (parameters sharded over the data-parallel
+mesh dim, gathered around each use) and ``replicate`` (parameters replicated, gradients
+all-reduced).
+
+Note [fully_shard layout]
+A parameter of a fully sharded module is one DTensor over the mesh that the data-parallel
+mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(0)`` on the
+dp dim, the parameter's placements on the others, e.g. ``[Shard(0), Shard(1)]`` on a
+``dp x tp`` mesh for a row-wise weight. That is all it stores, and what the optimizer steps:
+parameter, gradient and optimizer state each take about 1/dp of the replicated bytes.
+
+Note [gather and reduce-scatter as one autograd function]
+Before a module's forward, each of its parameters is redistributed to Replicate on the dp
+dim (an all-gather) and handed to the forward as a DTensor on the tp mesh (or a plain tensor
+without tp): the module computes exactly as without data parallelism, on this rank's batch.
+The gather is an autograd function whose backward takes the gradient, a sum over this rank's
+batch, as ``Partial(avg)`` over dp and redistributes it to the stored placements: a
+reduce-scatter that averages, which equals the gradient of the global mean loss when every
+rank holds an equal share of the batch. The gradient lands in ``param.grad`` by ordinary
+accumulation, already sharded. ``replicate`` is the same function with Replicate on dp: the
+gather is free and the backward an all-reduce.
+
+Note [free after forward]
+After the forward, the gathered parameters are freed (their storage resized to zero) and the
+module's outputs get a hook that gathers them again into the same storage just before the
+module's backward needs them; autograd's saved views of them are valid again. After the
+backward the gathered copies are freed once more. ``reshard_after_forward=False`` keeps them
+from forward to backward instead (less communication, more memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from dtensor.mesh import DeviceMesh
+from dtensor.parallel.errors import FullyShardError
+from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.redistribute import redistribute_local_tensor
+from dtensor.spec import DTensorSpec, contiguous_strides
+from dtensor.tensor import DTensor
+
+
+@dataclass
+class _Managed:
+    """One parameter of a data-parallel module."""
+
+    owner: nn.Module
+    name: str
+    param: nn.Parameter  # the stored DTensor (Note [fully_shard layout])
+    mesh: DeviceMesh  # the mesh it is stored on
+    dp_dim: int  # which dim of ``mesh`` is data parallel
+    compute_mesh: DeviceMesh | None  # the tp mesh the forward sees, None for plain tensors
+    gathered: torch.Tensor | None = None  # this rank's piece of the gathered parameter
+    owns_gathered: bool = False  # the gathered piece has storage of its own (may be freed)
+
+
+@dataclass
+class _State:
+    module: nn.Module
+    mode: str  # "shard" or "replicate"
+    reshard_after_forward: bool
+    params: list[_Managed] = field(default_factory=list)
+    handles: list[Any] = field(default_factory=list)
+
+
+def fully_shard(module: nn.Module, mesh: DeviceMesh, *,
+                reshard_after_forward: bool = True) -> nn.Module:
+    """Shard ``module``'s parameters (those not already managed by a fully sharded or
+    replicated submodule) over the 1-d data-parallel ``mesh``, gather them around the
+    module's forward and backward, and reduce-scatter their gradients (averaged over the dp
+    ranks). Apply it to each block, then to the root. Parameters that are DTensors on a
+    tensor-parallel mesh cut from the same mesh as ``mesh`` keep that sharding too
+    (Note [fully_shard layout]). Returns ``module``.
+
+    >>> # for block in model.layers: fully_shard(block, mesh["dp"])
+    >>> # fully_shard(model, mesh["dp"])
+    """
+    return _data_parallel(module, mesh, "shard", reshard_after_forward)
+
+
+def replicate(module: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    """Replicated data parallelism: ``module``'s parameters stay whole on every dp rank and
+    their gradients are all-reduced (averaged) in the backward. Composes with tensor
+    parallelism like ``fully_shard``.
+
+    >>> # replicate(model, mesh["dp"])
+    """
+    return _data_parallel(module, mesh, "replicate", False)
+
+
+def data_parallel_state(module: nn.Module) -> _State | None:
+    return module.__dict__.get("_dtensor_dp_state")
+
+
+def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str,
+                   reshard_after_forward: bool) -> nn.Module:
+    what = "fully_shard" if mode == "shard" else "replicate"
+    existing = data_parallel_state(module)
+    if existing is not None:
+        raise FullyShardError(f"{what}({type(module).__name__}): the module is already "
+                              f"{'fully sharded' if existing.mode == 'shard' else 'replicated'}"
+                              f"; apply fully_shard/replicate once per module")
+    if not isinstance(mesh, DeviceMesh):
+        raise FullyShardError(f"{what}: mesh must be a dtensor DeviceMesh, got "
+                              f"{type(mesh).__name__}")
+    if mesh.ndim != 1:
+        raise FullyShardError(f"{what} takes the 1-d data-parallel mesh, got the {mesh.ndim}-d "
+                              f"{mesh!r}: pass e.g. mesh['dp']")
+    state = _State(module, mode, reshard_after_forward)
+    for owner, name, param in _own_parameters(module):
+        state.params.append(_shard_parameter(owner, name, param, mesh, mode, what))
+    module.__dict__["_dtensor_dp_state"] = state
+    state.handles.append(module.register_forward_pre_hook(lambda _m, _i: _unshard(state)))
+    state.handles.append(module.register_forward_hook(
+        lambda _m, _i, out: _after_forward(state, out)))
+    return module
+
+
+def _own_parameters(module: nn.Module) -> list[tuple[nn.Module, str, nn.Parameter]]:
+    """Parameters of ``module`` not already managed by a data-parallel submodule."""
+    found: list[tuple[nn.Module, str, nn.Parameter]] = []
+    seen: set[int] = set()
+
+    def visit(m: nn.Module, is_root: bool) -> None:
+        if not is_root and data_parallel_state(m) is not None:
+            return
+        for name, p in m._parameters.items():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                found.append((m, name, p))
+        for child in m.children():
+            visit(child, False)
+
+    visit(module, True)
+    return found
+
+
+def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: DeviceMesh,
+                     mode: str, what: str) -> _Managed:
+    dp_placement: Placement = Shard(0) if mode == "shard" else Replicate()
+    if param.dim() == 0 and mode == "shard":
+        dp_placement = Replicate()  # a scalar has nothing to shard
+    if not isinstance(param, DTensor):
+        placements: tuple[Placement, ...] = (dp_placement,)
+        local = redistribute_local_tensor(param.detach(), dp_mesh, (Replicate(),), placements,
+                                          tuple(param.shape))
+        mesh, dp_dim, compute_mesh = dp_mesh, 0, None
+    else:
+        compute_mesh = param.device_mesh
+        mesh, dp_dim, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name,
+                                                    what)
+        source = tuple(param.placements[_other_dims(mesh, dp_dim).index(m)]
+                       if m != dp_dim else Replicate() for m in range(mesh.ndim))
+        local = redistribute_local_tensor(param._local_tensor.detach(), mesh, source,
+                                          placements, tuple(param.shape))
+    shape = tuple(param.shape)
+    spec = DTensorSpec(mesh, placements, shape, contiguous_strides(shape), param.dtype)
+    stored = nn.Parameter(DTensor(local.contiguous(), spec, requires_grad=False),
+                          requires_grad=param.requires_grad)
+    owner._parameters[name] = stored
+    return _Managed(owner, name, stored, mesh, dp_dim, compute_mesh)
+
+
+def _other_dims(mesh: DeviceMesh, dp_dim: int) -> list[int]:
+    return [m for m in range(mesh.ndim) if m != dp_dim]
+
+
+def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placement,
+                     owner: nn.Module, name: str,
+                     what: str) -> tuple[DeviceMesh, int, tuple[Placement, ...]]:
+    """The mesh both meshes were cut from, the dp dim on it, and the combined placements."""
+    tp_mesh = param.device_mesh
+    where = f"{what}: parameter {type(owner).__name__}.{name} is a DTensor on {tp_mesh!r}"
+    root, tp_dims = tp_mesh.root_mesh()
+    dp_root, dp_dims = dp_mesh.root_mesh()
+    if dp_root != root:
+        raise FullyShardError(f"{where}, which is not cut from the same mesh as the "
+                              f"data-parallel {dp_mesh!r}: slice both from one mesh, e.g. "
+                              f"mesh['dp'] and mesh['tp'] of init_device_mesh(..., "
+                              f"mesh_dim_names=('dp', 'tp'))")
+    if set(dp_dims) & set(tp_dims) or len(dp_dims) + len(tp_dims) != root.ndim:
+        raise FullyShardError(f"{where}: expected the dp mesh and the parameter's mesh to be "
+                              f"complementary dims of {root!r}")
+    if list(tp_dims) != sorted(tp_dims):
+        raise FullyShardError(f"{where}: its mesh dims are permuted relative to {root!r}")
+    dp_dim = dp_dims[0]
+    placements: list[Placement] = []
+    others = iter(param.placements)
+    for m in range(root.ndim):
+        placements.append(dp_placement if m == dp_dim else next(others))
+    if any(isinstance(p, Partial) for p in placements):
+        raise FullyShardError(f"{where} with Partial placements: expected a parameter "
+                              f"holding values, not pending sums")
+    return root, dp_dim, tuple(placements)
+
+
+# -- gather / reduce-scatter -----------------------------------------------------------------
+class _Gather(torch.autograd.Function):
+    """Note [gather and reduce-scatter as one autograd function]."""
+
+    @staticmethod
+    def forward(ctx: Any, stored: DTensor, managed: _Managed,  # type: ignore[override]
+                state: _State) -> torch.Tensor:
+        ctx.managed, ctx.state = managed, state
+        local = _gathered_local(managed)
+        managed.gathered = local
+        # only a piece with storage of its own may be freed: not the stored shard itself (as
+        # with replicate or a dp mesh of one rank). Decided now: a freed storage has no address.
+        managed.owns_gathered = (local.untyped_storage().data_ptr()
+                                 != managed.param._local_tensor.untyped_storage().data_ptr()
+                                 or local.numel() > 0 and managed.param._local_tensor.numel() == 0)
+        return _as_compute(local, managed)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[DTensor, None, None]:  # type: ignore
+        m: _Managed = ctx.managed
+        spec = m.param._spec
+        src = list(spec.placements)
+        src[m.dp_dim] = Partial("avg")
+        if isinstance(grad, DTensor):
+            for i, p in zip(_other_dims(m.mesh, m.dp_dim), grad.placements):
+                src[i] = p
+            local = grad._local_tensor
+        else:
+            local = grad
+        moved = redistribute_local_tensor(local, m.mesh, tuple(src), spec.placements, spec.shape)
+        if ctx.state.reshard_after_forward:
+            _free(m)
+        return DTensor(moved, spec, requires_grad=False), None, None
+
+
+def _compute_placements(m: _Managed) -> tuple[Placement, ...]:
+    spec = m.param._spec
+    return tuple(Replicate() if i == m.dp_dim else p for i, p in enumerate(spec.placements))
+
+
+def _gathered_local(m: _Managed) -> torch.Tensor:
+    spec = m.param._spec
+    with torch.no_grad():
+        return redistribute_local_tensor(m.param._local_tensor, m.mesh, spec.placements,
+                                         _compute_placements(m), spec.shape)
+
+
+def _as_compute(local: torch.Tensor, m: _Managed) -> torch.Tensor:
+    if m.compute_mesh is None:
+        # a fresh tensor is returned as is; the stored shard itself (nothing to gather) as a
+        # view, so autograd does not take over the parameter's own storage
+        return local if m.owns_gathered else local.view_as(local)
+    spec = m.param._spec
+    tp = tuple(spec.placements[i] for i in _other_dims(m.mesh, m.dp_dim))
+    tp_spec = DTensorSpec(m.compute_mesh, tp, spec.shape, spec.stride, spec.dtype)
+    return DTensor(local, tp_spec, requires_grad=False)  # autograd marks the output
+
+
+def _free(m: _Managed) -> None:
+    if m.owns_gathered and m.gathered is not None:
+        m.gathered.untyped_storage().resize_(0)
+
+
+def _regather(m: _Managed) -> None:
+    g = m.gathered
+    if not m.owns_gathered or g is None or g.untyped_storage().size() > 0:
+        return
+    fresh = _gathered_local(m)
+    storage = g.untyped_storage()
+    storage.resize_(fresh.untyped_storage().nbytes())
+    # write through an alias with its own version counter: autograd's saved views of the
+    # gathered parameter must not look modified in place (they hold the same values again)
+    alias = torch.empty(0, dtype=g.dtype, device=g.device)
+    alias.set_(storage, g.storage_offset(), g.shape, g.stride())
+    with torch.no_grad():
+        alias.copy_(fresh)
+
+
+# -- hooks -----------------------------------------------------------------------------------
+def _unshard(state: _State) -> None:
+    for m in state.params:
+        m.owner._parameters[m.name] = _Gather.apply(m.param, m, state)
+
+
+def _after_forward(state: _State, out: Any) -> Any:
+    for m in state.params:
+        m.owner._parameters[m.name] = m.param
+    if not state.reshard_after_forward:
+        return out
+    for m in state.params:
+        _free(m)
+    outputs = [t for t in pytree.tree_leaves(out)
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    if outputs and torch.is_grad_enabled():
+        torch.autograd.graph.register_multi_grad_hook(
+            outputs, lambda _grads: [_regather(m) for m in state.params], mode="any")
+    return out
+
+
+def state_bytes(params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer | None = None
+                ) -> dict[str, int]:
+    """This rank's bytes of parameters, their gradients and the optimizer's state."""
+
+    def local_bytes(t: torch.Tensor) -> int:
+        t = t._local_tensor if isinstance(t, DTensor) else t
+        return t.numel() * t.element_size()
+
+    out = {"parameters": sum(local_bytes(p) for p in params),
+           "gradients": sum(local_bytes(p.grad) for p in params if p.grad is not None),
+           "optimizer": 0}
+    if optimizer is not None:
+        for st in optimizer.state.values():
+            out["optimizer"] += sum(local_bytes(v) for v in st.values()
+                                    if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return out
