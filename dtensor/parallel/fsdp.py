@@ -4,10 +4,17 @@ all-reduced).
 
 Note [fully_shard layout]
 A parameter of a fully sharded module is one DTensor over the mesh that the data-parallel
-mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(0)`` on the
+mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(d)`` on the
 dp dim, the parameter's placements on the others, e.g. ``[Shard(0), Shard(1)]`` on a
 ``dp x tp`` mesh for a row-wise weight. That is all it stores, and what the optimizer steps:
 parameter, gradient and optimizer state each take about 1/dp of the replicated bytes.
+``d`` is the first dim that tensor parallelism leaves whole (0 unless tp shards dim 0, so a
+column-wise weight is ``[Shard(1), Shard(0)]``): then each tp rank's piece is cut by dp on
+its own, and the gather is one all-gather over dp. ``[Shard(0), Shard(0)]`` would cut dim 0
+by dp first and by tp inside each dp chunk, so a tp rank's piece is spread over dp ranks'
+chunks and gathering it needs an all-to-all over the whole mesh first (torch's FSDP2 keeps
+dim 0 and adds a strided placement to express the other nesting). Only a 1-d parameter
+sharded by tp (a column-wise bias) nests, with the extra exchange.
 
 Note [gather and reduce-scatter as one autograd function]
 Before a module's forward, each of its parameters is redistributed to Replicate on the dp
@@ -142,9 +149,9 @@ def _own_parameters(module: nn.Module) -> list[tuple[nn.Module, str, nn.Paramete
 
 def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: DeviceMesh,
                      mode: str, what: str) -> _Managed:
-    dp_placement: Placement = Shard(0) if mode == "shard" else Replicate()
-    if param.dim() == 0 and mode == "shard":
-        dp_placement = Replicate()  # a scalar has nothing to shard
+    dp_placement: Placement = Replicate()
+    if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
+        dp_placement = Shard(_dp_shard_dim(param))
     if not isinstance(param, DTensor):
         placements: tuple[Placement, ...] = (dp_placement,)
         local = redistribute_local_tensor(param.detach(), dp_mesh, (Replicate(),), placements,
@@ -164,6 +171,13 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
                           requires_grad=param.requires_grad)
     owner._parameters[name] = stored
     return _Managed(owner, name, stored, mesh, dp_dim, compute_mesh)
+
+
+def _dp_shard_dim(param: torch.Tensor) -> int:
+    """Note [fully_shard layout]: the first dim tensor parallelism leaves whole."""
+    taken = {p.dim for p in param.placements if isinstance(p, Shard)} \
+        if isinstance(param, DTensor) else set()
+    return next((d for d in range(param.dim()) if d not in taken), 0)
 
 
 def _other_dims(mesh: DeviceMesh, dp_dim: int) -> list[int]:
