@@ -8,11 +8,21 @@
 
 An op with no rule falls back to gathering its inputs to Replicate (always correct);
 ``fallback_policy`` chooses whether that warns once per op (default), stays silent, or raises.
+An op may also have a decomposition that runs instead of its rule (Note [decompositions]).
 
 Note [plain tensors]
 A plain tensor mixed with DTensors (an index, a mask, a target, a constant) is taken as
 Replicate: every rank holds the same full value. ``check_replicated`` (opt-in, one all_gather
 per call) verifies that. This replaces the "got mixed torch.Tensor and DTensor" error.
+
+Note [decompositions]
+An op whose sharded form needs communication inside it (log_softmax over a sharded dim needs
+a max and a sum across ranks) cannot be a pure rule. It may register a decomposition
+``fn(func, args, kwargs)`` that computes it from local steps and collectives and returns the
+result, or returns NotImplemented to run the op as usual (through its rule, which it must
+have). A call's plan keeps its op's decomposition, looked up once when the plan is made, so
+other ops pay nothing; register at import (dtensor.parallel.loss does): a plan made before
+does not see it.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ import contextvars
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils import _pytree as pytree
@@ -46,6 +56,21 @@ _warned: set[str] = set()
 
 class NoShardingRuleError(NotImplementedError):
     """An op has no sharding rule and the fallback policy is "error"."""
+
+
+Decomposition = Callable[[Any, tuple, dict], Any]
+DECOMPOSITIONS: dict[Any, Decomposition] = {}
+
+
+def register_decomposition(op: Any, fn: Decomposition) -> None:
+    """Run ``fn(func, args, kwargs)`` for ``op`` before its rule (Note [decompositions])."""
+    if op not in REGISTRY:
+        raise ValueError(f"{op} has no sharding rule: a decomposition needs one to run when it "
+                         "returns NotImplemented")
+    if DECOMPOSITIONS.get(op, fn) is not fn:
+        raise ValueError(f"{op} already has a decomposition: {DECOMPOSITIONS[op].__module__}."
+                         f"{DECOMPOSITIONS[op].__qualname__}")
+    DECOMPOSITIONS[op] = fn
 
 
 @contextlib.contextmanager
@@ -82,6 +107,7 @@ class _Plan:
     local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
     inplace_view: bool  # squeeze_, t_, ...: the written DTensor changes shape and placements
     boxes: tuple | None  # this rank's input boxes, for a local function (Note [local functions])
+    decompose: Decomposition | None  # Note [decompositions]
 
 
 # Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
@@ -136,6 +162,10 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             flat, tree = pytree.tree_flatten((args, kwargs))
             return _fallback(func, flat, tree, [t for t in tensors if isinstance(t, DTensor)])
         plans[key] = plan
+    if plan.decompose is not None:  # Note [decompositions]
+        out = plan.decompose(func, args, kwargs)
+        if out is not NotImplemented:
+            return out
     if _check_plain.get():
         _verify_plain(func, tensors, mesh)
     debug.record(plan.decision, tensors)
@@ -166,7 +196,7 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
         boxes = tuple(local_box(t.shape, mesh.spec.shape, p, coord) if coord is not None else None
                       for t, p in zip(op.tensors(), decision.chosen.inputs))
     return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out,
-                 torch.Tag.inplace_view in func.tags, boxes)
+                 torch.Tag.inplace_view in func.tags, boxes, DECOMPOSITIONS.get(func))
 
 
 def _first_dtensor(args: tuple, kwargs: dict) -> Any:
