@@ -71,7 +71,8 @@ def _closest(module: nn.Module, key: str, n: int = 3) -> list[str]:
     paths = [name for name, _ in module.named_modules() if name]
     # offer "layers.*.x" beside "layers.0.x": a key usually means every block
     generic = sorted({re.sub(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)", "*", p) for p in paths})
-    return difflib.get_close_matches(key, generic + paths, n=n, cutoff=0.5)
+    names = list(dict.fromkeys(generic + paths))
+    return difflib.get_close_matches(key, names, n=n, cutoff=0.5)
 
 
 PartitionFn = Callable[[str, nn.Module, DeviceMesh], None]

@@ -153,10 +153,14 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
         dp_placement = Shard(_dp_shard_dim(param))
     if not isinstance(param, DTensor):
-        placements: tuple[Placement, ...] = (dp_placement,)
-        local = redistribute_local_tensor(param.detach(), dp_mesh, (Replicate(),), placements,
-                                          tuple(param.shape))
-        mesh, dp_dim, compute_mesh = dp_mesh, 0, None
+        # on the mesh dp was cut from, replicated on its other dims: every parameter of a
+        # model then lives on one mesh, so an optimizer's foreach ops can take them together
+        mesh, dp_dims = dp_mesh.root_mesh()
+        dp_dim, compute_mesh = dp_dims[0], None
+        placements: tuple[Placement, ...] = tuple(
+            dp_placement if m == dp_dim else Replicate() for m in range(mesh.ndim))
+        local = redistribute_local_tensor(param.detach(), mesh, (Replicate(),) * mesh.ndim,
+                                          placements, tuple(param.shape))
     else:
         compute_mesh = param.device_mesh
         mesh, dp_dim, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name,
