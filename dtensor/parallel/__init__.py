@@ -3,6 +3,7 @@ tensor/sequence-parallel styles applied by module path, ``distribute_module``, f
 and replicated data parallel (``fully_shard``, ``replicate``) and ``loss_parallel``."""
 
 from dtensor.parallel.api import distribute_module, parallelize_module
+from dtensor.parallel.loss import loss_parallel
 from dtensor.parallel.fsdp import fully_shard, replicate, state_bytes
 from dtensor.parallel.errors import FullyShardError, ParallelPlanError, ParallelStyleError
 from dtensor.parallel.styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
@@ -13,5 +14,5 @@ __all__ = [
     "ColwiseParallel", "FullyShardError", "ParallelPlanError", "ParallelStyle",
     "ParallelStyleError", "PrepareModuleInput", "PrepareModuleInputOutput",
     "PrepareModuleOutput", "RowwiseParallel", "SequenceParallel", "distribute_module",
-    "parallelize_module", "fully_shard", "replicate", "state_bytes",
+    "parallelize_module", "fully_shard", "loss_parallel", "replicate", "state_bytes",
 ]
