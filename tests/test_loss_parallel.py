@@ -177,6 +177,36 @@ def test_colwise_lm_head_end_to_end():
     _world((4,), body)
 
 
+EDGES = {  # name: (logits, target, cross_entropy kwargs, tolerance)
+    "bf16": (torch.randn(6, 10).bfloat16(), torch.randint(0, 10, (6,)), {}, 2e-2),
+    "f64": (torch.randn(5, 10, dtype=torch.float64), torch.randint(0, 10, (5,)), {}, 1e-10),
+    "empty batch": (torch.randn(0, 10), torch.zeros(0, dtype=torch.long), {}, 1e-6),
+    "5d none": (torch.randn(2, 10, 3, 2, 2), torch.randint(0, 10, (2, 3, 2, 2)),
+                {"reduction": "none"}, 1e-6),
+    "-inf logits": (torch.tensor([[0.0, -torch.inf, 1, 2, -torch.inf, 3, 0, 0, 0, 0]] * 3),
+                    torch.tensor([0, 2, 3]), {"label_smoothing": 0.1}, 1e-6),
+}
+
+
+def test_edge_cases():
+    """Reduced precision (normalized in float32), float64, no rows, 5-d (N, C, d1, d2, d3)
+    logits, -inf logits (a rank whose max is -inf)."""
+    def check(mesh, name):
+        logits, target, kwargs, tol = EDGES[name]
+        want_loss, want_grad = _reference(logits, target, kwargs)
+        x = distribute_tensor(logits, mesh, [Shard(1)]).requires_grad_()
+        with fallback_policy("error"):
+            with loss_parallel():
+                loss = F.cross_entropy(x, target, **kwargs)
+            loss.sum().backward()
+        assert loss.dtype == logits.dtype and x.grad.dtype == logits.dtype
+        torch.testing.assert_close(loss.full_tensor(), want_loss, rtol=tol, atol=tol,
+                                   equal_nan=True)  # the mean of no rows: 0 / 0
+        torch.testing.assert_close(x.grad.full_tensor(), want_grad, rtol=tol, atol=tol)
+
+    _world((4,), lambda mesh: simpg.run_subtests({"name": list(EDGES)}, check, mesh))
+
+
 def test_class_probabilities_as_target():
     """Soft targets (N, V) are sharded like the logits: no rule needs the whole classes."""
     logits, _, _ = _data((6, 10), seed=5)
