@@ -7,12 +7,19 @@ class dim (the output of a ColwiseParallel lm-head with ``use_local_output=False
 
 - nll_loss and the label-smoothing sum keep the class dim sharded by pure rules
   (Note [class-sharded nll_loss] in dtensor/ops/losses.py): no communication. The loss comes
-  out Partial(sum); reading it (``full_tensor()``, ``item()``) reduces one value per position.
+  out Partial(sum); reading it (``full_tensor()``) reduces one value per position.
 - ``_log_softmax`` needs the max and the sum of exp over ALL classes, so it cannot be a pure
   rule. Under ``loss_parallel()`` it is decomposed (Note [decompositions] in dispatch.py) into
   local steps and two all-reduces of one value per position (the max, then the sum of exp);
   its backward ``g - exp(out) * sum(g)`` into one (the sum of g over the classes). Each rank
   moves O(positions) bytes, never O(positions x classes).
+
+Unlike torch's, the loss stays Partial(sum) where nothing needs it whole (read it with
+``full_tensor()``), ``mean`` is exact on any mesh (total_weight is global), and
+``label_smoothing`` and class-probability targets work. One ATen path still takes the
+gathering fallback: label smoothing + class weight + ``mean`` with a DTensor target and a
+plain weight calls ``target.masked_select`` (a data-dependent shape; it moves the target,
+O(positions)); pass the weight as a DTensor too, or the target as a plain tensor.
 
 Note [loss_parallel backward outside the block]
 ``loss.backward()`` usually runs after the ``with loss_parallel():`` block. Only this module's
