@@ -207,7 +207,8 @@ class RowwiseParallel(ParallelStyle):
         if kind == "linear":
             module.register_forward_pre_hook(lambda _m, inputs: (to_layout(
                 inputs[0], device_mesh, self.input_layouts, Shard(-1),
-                what=f"RowwiseParallel({name}) input", global_size=module.in_features),) + tuple(inputs[1:]))
+                what=f"RowwiseParallel({name}) input", global_size=module.in_features),)
+                + tuple(inputs[1:]))
         module.register_forward_hook(lambda _m, _inputs, out: finish(to_layout(
             out, device_mesh, self.output_layouts, self.output_layouts,
             what=f"RowwiseParallel({name}) output"), self.use_local_output))
