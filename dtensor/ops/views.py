@@ -25,12 +25,14 @@ shape instead (dtensor/ops/local_args.py), so a Shard passes wherever the pieces
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
 import torch
 
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
+                                  sharding_rule)
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -290,7 +292,21 @@ def view(op: OpSpec) -> list[Strategy]:
     sizes = list(op.arg(1, "size"))
     dst = _resolve(sizes, math.prod(t.shape))
     pairs = view_shards(t.shape, dst, _nested_parts(op))
-    return _moves(op, 1, pairs)
+    # Note [a piece's own strides]
+    return [dataclasses.replace(s, local="view_piece") for s in _moves(op, 1, pairs)]
+
+
+# Note [a piece's own strides]
+# A DTensor's strides are the global tensor's; its piece has its own: a redistributed piece is
+# contiguous, a kernel lays out its output from its local inputs (sdpa's output after a batch
+# gather). ``reshape`` on the DTensor picks view or copy from the GLOBAL strides, so a view
+# the global tensor allows may not be one the piece allows (``transpose(1, 2).reshape(...)``
+# after attention). Each rank then reshapes its piece: a view where the piece allows one, else
+# a copy of the same values (that piece no longer aliases its input).
+@local_function("view_piece")
+def _view_piece(op: object, args: tuple, kwargs: dict, boxes: Sequence[object]) -> torch.Tensor:
+    x, size = args[0], args[1] if len(args) > 1 else kwargs["size"]
+    return x.reshape(size)
 
 
 @sharding_rule(aten.expand.default)

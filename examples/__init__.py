@@ -1,0 +1,1 @@
+"""Runnable programs and the in-project models (``examples.models``)."""
