@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up if needed, then run the main job on simulated ranks (simpg). Extra arguments go to it.
+# Set up if needed, then run the main job: train the Llama-style model on a simulated 2x4 mesh
+# (fully sharded + tensor + sequence + loss parallel) beside one device. Extra arguments go to
+# it (python -m examples.train --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m simpg.demo "$@"
+exec .venv/bin/python -m examples.train "$@"
