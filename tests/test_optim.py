@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import pytest
 import torch
 
+import dtensor.foreach_norm  # noqa: F401  (registers its decomposition)
 import simpg
 from mesh_world import run_on_mesh
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy,
@@ -336,10 +337,9 @@ def test_clip_grad_norm_matches_single_device(norm_type, mesh_shape):
         return moved
 
     moved = run_on_mesh(mesh_shape, body)[0]
-    if norm_type != 2.0:
-        # 1- and inf-norms of pieces reduce as P(sum) / P(max): only per-tensor norms move
-        assert moved[True] <= 4 * 8 * len(PARAMS), moved
-    # (the 2-norm gathers every sharded gradient: Note [foreach norms] in dtensor.ops.foreach)
+    # 1- and inf-norms of pieces reduce as P(sum) / P(max), the 2-norm's squares are summed
+    # (Note [sharded foreach norms]): a few floats per gradient move, never a gradient
+    assert moved[True] <= 4 * 8 * len(PARAMS), moved
 
 
 @pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
@@ -424,3 +424,30 @@ def test_strategies_stay_few_for_long_lists():
     assert len(candidates(spec)) <= 4
     chosen = decide(spec).chosen
     assert chosen.cost == 0 and chosen.inputs == tuple(ps + ps)
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+def test_foreach_norm_of_shards_sums_powers_once_per_group(mesh_shape):
+    xs = [torch.randn(s, generator=torch.Generator().manual_seed(i))
+          for i, (s, _, _) in enumerate(PARAMS)]
+    ords = [2, 3, 0.5, -1.5, 1, math.inf, -math.inf, 0]
+
+    def body(mesh):
+        col = 1 if mesh.ndim == 1 else 2
+        ds = [distribute_tensor(x, mesh, spec[col]) for x, spec in zip(xs, PARAMS)]
+        for ord_ in ords:
+            with fallback_policy("error"), simpg.trace() as tr:
+                norms = torch._foreach_norm(ds, ord_)
+            want = torch._foreach_norm(xs, ord_)
+            for got, ref in zip(norms, want):
+                torch.testing.assert_close(got.full_tensor(), ref)
+            # one all-reduce per set of mesh dims the tensors are sharded over
+            groups = {tuple(m for m, p in enumerate(s[col]) if p != R) for s in PARAMS} - {()}
+            if ord_ not in (1, 0, math.inf, -math.inf):  # those stay Partial: nothing moves yet
+                assert len(tr.records) == len(groups), str(tr)
+                # an all-reduce of k floats receives 2 (n - 1) / n * 4k bytes per rank
+                assert all(max(r.bytes_received) <= 8 * len(PARAMS) for r in tr.records), str(tr)
+            else:
+                assert tr.records == []
+
+    run_on_mesh(mesh_shape, body)
