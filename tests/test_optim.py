@@ -294,7 +294,7 @@ def test_optimizer_matches_single_device(name, mesh_shape):
                 # every tensor of the update lies like its parameter: nothing moves
                 assert tr.records == [], f"foreach={foreach}, step {step}:\n{tr}"
             ref_params, ref_opt = refs[foreach]
-            for p, ref, ref_p in zip(params, ref_params, ref_opt.param_groups[0]["params"]):
+            for p, ref in zip(params, ref_params):
                 torch.testing.assert_close(p.full_tensor(), ref.detach())
                 for key, value in opt.state[p].items():
                     if key == "step":  # Adam's step count: a plain 0-d tensor
@@ -303,7 +303,7 @@ def test_optimizer_matches_single_device(name, mesh_shape):
                     # the state is sharded like its parameter: each rank holds its piece only
                     assert value.placements == p.placements, key
                     assert value.to_local().shape == p.to_local().shape, key
-                    torch.testing.assert_close(value.full_tensor(), ref_opt.state[ref_p][key])
+                    torch.testing.assert_close(value.full_tensor(), ref_opt.state[ref][key])
 
     run_on_mesh(mesh_shape, body)
 

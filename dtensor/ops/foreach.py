@@ -33,11 +33,12 @@ dtype's lowest value for ``_foreach_max``. That is exact only when the whole ten
 empty (torch raises there), so without that, and for ``out=`` lists, a Shard whose pieces may
 be empty needs Replicate.
 The 2-norm is NOT P(sum): sqrt(s1 + s2) != sqrt(s1) + sqrt(s2), and no local value per rank
-sums (or maxes) to it without knowing the others'. Its exact cheap form is a Partial that
-all-reduces p-th powers and takes the root (torch's _NormPartial); our placements have no such
-kind and a local function cannot communicate, so the 2-norm and every other order need the
-whole tensor (Replicate: the propagator gathers it, as for ``linalg_vector_norm``).
-``_foreach_powsum`` (sum of |x|^p) is a plain sum: P(sum) for every order.
+sums (or maxes) to it without knowing the others'. Its exact cheap form all-reduces p-th
+powers and takes the root (torch's _NormPartial); our placements have no such kind and a rule
+cannot communicate, so here the 2-norm and every other order need the whole tensor
+(Replicate), and ``dtensor.foreach_norm`` decomposes those calls before the rule runs
+(Note [sharded foreach norms]). ``_foreach_powsum`` (sum of |x|^p) is a plain sum: P(sum)
+for every order.
 """
 
 from __future__ import annotations
@@ -148,6 +149,14 @@ def _call(op: OpSpec) -> _Call:
 
 
 def foreach_rule(op: OpSpec) -> list[Strategy]:
+    """Strategies for one mesh dim: keep, follow (out of place only), all Replicate.
+
+    >>> g = TensorSpec((7, 5), (5, 1), torch.float32, (Partial(),))
+    >>> foreach_rule(OpSpec(aten._foreach_mul_.Scalar, ((g,), 0.5), (), (4,)))
+    [Strategy(P(sum)->), Strategy(R->)]
+    >>> foreach_rule(OpSpec(aten._foreach_add.Scalar, ((g,), 0.5), (), (4,)))
+    [Strategy(R->R)]
+    """
     call = _call(op)
     tensors = op.tensors()
     m = op.mesh_dim
