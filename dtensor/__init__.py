@@ -10,7 +10,7 @@ from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
 from dtensor.dispatch import NoShardingRuleError, fallback_policy
-from dtensor import decompositions  # noqa: F401,E402  (registers Note [decompositions])
+from dtensor import decompositions, foreach_norm  # noqa: F401,E402  (Note [decompositions])
 
 __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",

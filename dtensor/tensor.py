@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+from torch.utils import _foreach_utils
 
 from dtensor import _autograd
 from dtensor.mesh import DeviceMesh
@@ -154,5 +155,10 @@ def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Pla
                          f"{spec} at mesh coordinate {mesh.get_coordinate()}")
     return DTensor(local, spec, requires_grad=requires_grad)
 
+
+# torch's optimizers and clip_grad_norm_ take their foreach path (one kernel, and for us one
+# sharding decision and one collective per list) only for the types listed here
+if DTensor not in _foreach_utils._foreach_supported_types:
+    _foreach_utils._foreach_supported_types.append(DTensor)
 
 __all__ = ["DTensor", "make_dtensor"]
