@@ -6,6 +6,7 @@ overload tagged ``torch.Tag.pointwise``: a family's own rule wins over the gener
 
 from dtensor.ops import (basic, indexing, losses, matmul, misc, norms,  # noqa: F401
                          reductions, views)
+from dtensor.ops import attention  # noqa: F401
 from dtensor.ops import foreach  # noqa: F401
 from dtensor.ops import pointwise  # noqa: F401  (last: see above)
 from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec, sharding_rule

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
-from dtensor.placements import Partial, Replicate, Shard
+from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
 
@@ -40,6 +40,13 @@ def new_factory(op: OpSpec) -> list[Strategy]:
     """``x.new_zeros(size)``: ``x`` only lends dtype and device, so it stays where it is. The
     output is a fresh constant: whole on every rank, or cut into pieces along any dim (each
     rank is handed its piece's size, Note [global size arguments]). Never Partial."""
-    here = op.tensors()[0].placements[op.mesh_dim]
-    ndim = len(op.arg(1, "size"))
-    return [Strategy((here,), (p,)) for p in [Replicate()] + [Shard(d) for d in range(ndim)]]
+    x = op.tensors()[0]
+    here = x.placements[op.mesh_dim]
+    size = tuple(op.arg(1, "size"))
+    options: list[Placement] = [Replicate()] + [Shard(d) for d in range(len(size))]
+    if isinstance(here, Shard) and size == x.shape:
+        # shaped like x (autograd accumulating a gradient it must restride): it is filled
+        # from x-like values next, so x's own layout first (all options cost nothing here)
+        options.remove(here)
+        options.insert(0, here)
+    return [Strategy((here,), (p,)) for p in options]

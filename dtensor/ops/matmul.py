@@ -27,8 +27,7 @@ about mesh dim m does not know whether earlier mesh dims split the same dim, so 
 even chunks it asks for divisibility by the product of the mesh sizes up to m: then every
 nested chunk is even too.
 
-Attention (``_scaled_dot_product_flash_attention_for_cpu``, what F.scaled_dot_product_attention
-runs on CPU) is per (batch, head): sharding either is sharding an einsum batch letter.
+(Attention has its own family: dtensor/ops/attention.py.)
 """
 
 from __future__ import annotations
@@ -134,60 +133,3 @@ def einsum_rule(op: OpSpec) -> list[Strategy]:
     return _with_bias(bias, [sizes[c] for c in out], einsum_strategies(equation, operands),
                       operands, parts)
 
-
-# -- attention ---------------------------------------------------------------------------------
-# query (B, H, L, E), key (B, H, S, E), value (B, H, S, Ev) -> output (B, H, L, Ev),
-# logsumexp (B, H, L). The optional mask broadcasts to (B, H, L, S).
-_ATTN_OUT = "bhlv,bhl"
-_ATTN_BWD_OUT = "bhle,bhse,bhsv"
-
-
-def _mask_placement(mask: TensorSpec, dim: int, size: int) -> Placement:
-    """The mask's placement when dim ``dim`` of (B, H, L, S), of size ``size``, is split."""
-    d = dim - (4 - mask.ndim)  # the mask broadcasts: its dims align to the right
-    return Shard(d) if d >= 0 and mask.shape[d] == size else Replicate()
-
-
-def _attention(op: OpSpec, operand_letters: str, out_letters: str, q_index: int,
-               causal: bool, dropout_p: float) -> list[Strategy]:
-    tensors = op.tensors()
-    mask = op.kwarg("attn_mask")
-    letters = operand_letters.split(",")
-    outs = out_letters.split(",")
-    n_in = len(tensors)
-    if dropout_p != 0.0:
-        return []  # dropout draws per element: the same call on two ranks draws differently
-    q, k = tensors[q_index], tensors[q_index + 1]
-    found = [Strategy((Replicate(),) * n_in, (Replicate(),) * len(outs))]
-    # batch and heads are independent problems; the query length too, unless causal: the causal
-    # mask is laid out from each rank's local position 0, not the chunk's global offset
-    splits = [("b", 0), ("h", 1)] + ([] if causal else [("l", 2)])
-    if q.shape[1] != k.shape[1]:
-        splits = [x for x in splits if x[0] != "h"]  # grouped heads: chunks would not match
-    # the CPU kernel dies of SIGFPE on zero heads or zero queries (torch 2.13), so those are
-    # split only into equal, non-empty chunks; nested under earlier mesh dims that may split
-    # the same dim, so by the product of the mesh sizes up to this one (Note [nested shards])
-    parts = math.prod(op.mesh_shape[:op.mesh_dim + 1])
-    splits = [(c, d) for c, d in splits if c == "b" or (q.shape[d] and q.shape[d] % parts == 0)]
-    for letter, dim in splits:
-        ins: list[Placement] = [Shard(s.index(letter)) if letter in s else Replicate()
-                                for s in letters]
-        if mask is not None:
-            ins.append(_mask_placement(mask, dim, q.shape[dim]))
-        # a key/value gradient sums over every query: split queries give one addend per rank
-        res = tuple(Shard(o.index(letter)) if letter in o else Partial("sum") for o in outs)
-        found.append(Strategy(tuple(ins), res))
-    return found
-
-
-@sharding_rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def sdpa_flash_cpu(op: OpSpec) -> list[Strategy]:
-    return _attention(op, "bhle,bhse,bhsv", _ATTN_OUT, 0, bool(op.arg(4, "is_causal", False)),
-                      float(op.arg(3, "dropout_p", 0.0)))
-
-
-@sharding_rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def sdpa_flash_cpu_backward(op: OpSpec) -> list[Strategy]:
-    # grad_out, query, key, value, out, logsumexp
-    return _attention(op, "bhlv,bhle,bhse,bhsv,bhlv,bhl", _ATTN_BWD_OUT, 1,
-                      bool(op.arg(7, "is_causal", False)), float(op.arg(6, "dropout_p", 0.0)))
