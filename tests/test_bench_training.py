@@ -1,0 +1,57 @@
+"""Smoke test of benchmarks/bench_training.py: ours and torch's parallel training on a 2x2
+simulated mesh for 2 steps both match one device, and every row of the table is there."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent.parent / "benchmarks" / "bench_training.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_training", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys):
+    args = bench.parse_args(["--quick", "--mesh", "2x2"])
+    sides, reference = bench.compare(args)
+    assert len(reference) == 2
+    for lib in bench.LIBS:
+        side = sides[lib]
+        assert (side.config, side.mesh, side.error) == (bench.FULL, (2, 2), ""), lib
+        assert len(side.ranks) == 4
+        for r in side.ranks:
+            assert r.losses == pytest.approx(reference, rel=1e-5), lib
+            assert len(r.step_s) == 2
+    # ours: the local-bytes helper agrees with dtensor.parallel.state_bytes
+    for r in sides["ours"].ranks:
+        assert r.state == r.state_check
+    # fully sharded over dp=2 and tensor parallel over tp=2: well under the whole model
+    whole = sum(p.numel() * 4 for p in bench.build_model(args).parameters())
+    for lib in bench.LIBS:
+        assert 0 < max(r.state["parameters"] for r in sides[lib].ranks) < whole * 0.75, lib
+
+    table = {name: (ours, theirs) for name, ours, theirs in bench.rows(sides, reference)}
+    for name in ("step time (s, median)", "bytes received/step, dp",
+                 "bytes received/step, tp", "collectives/step, dp", "collectives/step, tp",
+                 "parameters bytes/rank (max)", "gradients bytes/rank (max)",
+                 "optimizer bytes/rank (max)", "max rel. loss diff vs 1 device"):
+        ours, theirs = table[name]
+        assert ours is not None and theirs is not None, name
+    for name in ("bytes received/step, dp", "bytes received/step, tp",
+                 "collectives/step, dp", "collectives/step, tp"):
+        assert table[name][0] > 0 and table[name][1] > 0, name
+
+    assert bench.print_report(args, sides, reference, simulated=True, command="test")
+    out = capsys.readouterr().out
+    assert "| bytes received/step, tp |" in out and "ours: PASS; torch: PASS" in out
