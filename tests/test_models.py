@@ -176,6 +176,17 @@ def test_the_same_plan_builds_from_torch_styles_with_torch_placements(mod):
     with pytest.raises(ValueError, match="lack"):
         mod.tp_plan(cfg, styles=torch_tp, placements=torch)  # torch has no Shard
 
+    def body():  # torch's parallelize_module takes the plan: every key matches a module
+        from torch.distributed.device_mesh import init_device_mesh as torch_mesh
+
+        model = torch_tp.parallelize_module(_model(mod, cfg), torch_mesh("cpu", (2,)),
+                                            mod.tp_plan(cfg, styles=torch_tp))
+        return {n: p.placements for n, p in model.named_parameters()}
+
+    placements = simpg.run(body, 2, timeout=60)[0]
+    assert placements["layers.0.attention.wq.weight"] == (torch_dt.Shard(0),)
+    assert placements["layers.1.attention.wo.weight"] == (torch_dt.Shard(1),)
+
 
 # -- tensor parallel on simpg ---------------------------------------------------------------------
 def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -184,13 +195,13 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _tp_matches_one_device(mod: ModuleType, cfg, mesh_shape: tuple[int, ...], *,
-                           sequence_parallel: bool, loss_par: bool) -> None:
+                           sequence_parallel: bool, loss_par: bool, seq: int = 8) -> None:
     """Loss and every full gradient equal one device's. On a (dp, tp) mesh each dp rank takes
     its rows of the batch and the gradients are averaged over dp by hand, so the reference is
     the mean of the per-row-block losses."""
     base = _model(mod, cfg)
     dp = mesh_shape[0] if len(mesh_shape) == 2 else 1
-    inputs, labels = _batch(mod, cfg, bsz=2 * dp)
+    inputs, labels = _batch(mod, cfg, bsz=2 * dp, seq=seq)
     ref = copy.deepcopy(base)
     want_loss = sum(_loss(mod, ref(i), t) for i, t in zip(inputs.chunk(dp), labels.chunk(dp)))
     (want_loss / dp).backward()
@@ -236,8 +247,9 @@ def _tp_matches_one_device(mod: ModuleType, cfg, mesh_shape: tuple[int, ...], *,
 
 @pytest.mark.parametrize("mod,cfg", [(llama, LLAMA_ODD), (bert, BERT_ODD)],
                          ids=["llama", "bert"])
-def test_tp4_sequence_and_loss_parallel_with_uneven_heads_and_vocab(mod, cfg):
-    _tp_matches_one_device(mod, cfg, (4,), sequence_parallel=True, loss_par=True)
+def test_tp4_sequence_and_loss_parallel_with_uneven_heads_vocab_and_sequence(mod, cfg):
+    # 7 positions over 4 ranks: 2, 2, 2, 1 (the styles learn the global length)
+    _tp_matches_one_device(mod, cfg, (4,), sequence_parallel=True, loss_par=True, seq=7)
 
 
 @pytest.mark.parametrize("mod", [llama, bert], ids=["llama", "bert"])
