@@ -17,7 +17,7 @@ import simpg
 from mesh_world import run_on_mesh
 from dtensor import DTensor, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor import init_device_mesh
-from dtensor.parallel import loss_parallel, parallelize_module
+from dtensor.parallel import distribute_module, loss_parallel, parallelize_module
 from examples.models import bert, llama
 
 # 6 heads (3 kv heads), 90 ffn features, 1001 classes and 30 positions: none divides over 4
@@ -262,6 +262,34 @@ def test_tp4_without_sequence_or_loss_parallel(mod):
                          ids=["llama", "bert"])
 def test_dp2_by_tp2_mesh(mod, cfg):
     _tp_matches_one_device(mod, cfg, (2, 2), sequence_parallel=True, loss_par=True)
+
+
+@pytest.mark.parametrize("placements", [[Shard(0)], [Shard(1)], [Shard(0), Shard(1)]],
+                         ids=["batch", "sequence", "batch+sequence"])
+@pytest.mark.parametrize("mod", [llama, bert], ids=["llama", "bert"])
+def test_replicated_model_on_sharded_token_ids(mod, placements):
+    # every op of the model has a rule for token ids split by rows (3 over 2) or positions
+    # (7 over 2): the whole forward and backward runs without the gathering fallback
+    cfg = mod.config("tiny", vocab_size=1001)
+    base = _model(mod, cfg)
+    inputs, labels = _batch(mod, cfg, bsz=3, seq=7)
+    ref = copy.deepcopy(base)
+    want_loss = _loss(mod, ref(inputs), labels)
+    want_loss.backward()
+
+    def body():
+        mesh = init_device_mesh("cpu", (2,) * len(placements))
+        model = distribute_module(copy.deepcopy(base), mesh)  # parameters Replicate
+        x, t = (distribute_tensor(v, mesh, placements) for v in (inputs, labels))
+        with fallback_policy("error"):
+            loss = _loss(mod, model(x), t)
+            loss.backward()
+        return loss.full_tensor().detach(), _grads(model)
+
+    for value, grads in simpg.run(body, 2 ** len(placements), timeout=120):
+        assert torch.allclose(value, want_loss.detach(), rtol=1e-5)
+        for name, g in grads.items():
+            assert torch.allclose(g, ref.get_parameter(name).grad, rtol=1e-4, atol=1e-6), name
 
 
 # -- runtime fixes the models needed ---------------------------------------------------------------
