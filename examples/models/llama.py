@@ -68,9 +68,9 @@ class LlamaConfig:
 
 
 PRESETS: dict[str, LlamaConfig] = {
-    # a training step in a few milliseconds on 2 CPU cores
+    # 0.23M parameters: a step of 4 x 64 tokens in ~15 ms on one CPU core
     "tiny": LlamaConfig(),
-    # a bit larger: 8 heads over 4 kv heads, ~5M parameters
+    # a bit larger: 8 heads over 4 kv heads, 7.1M parameters (~0.16 s a step of 4 x 64)
     "small": LlamaConfig(vocab_size=8192, dim=256, n_layers=4, n_heads=8, n_kv_heads=4,
                          ffn_hidden=688, max_seq_len=256),
 }
@@ -240,6 +240,10 @@ def tp_plan(config: LlamaConfig, *, sequence_parallel: bool = True, loss_paralle
       wo/w2 row-sharded, their Partial sums reduce-scattered to Shard(1) (or all-reduced).
     - ``output``: column-sharded on the vocabulary; logits stay Shard(-1) DTensors for a
       class-sharded loss, else are gathered to a plain Replicate tensor.
+
+    Under sequence parallel the residual stream between blocks is each rank's plain piece of
+    the sequence (as in torchtitan). Our styles learn the global length (one small gather),
+    so any length works; torch's assume even pieces: keep seqlen a multiple of tp there.
 
     >>> plan = tp_plan(PRESETS["tiny"])  # doctest: +SKIP
     >>> parallelize_module(model, mesh["tp"], plan)  # doctest: +SKIP
