@@ -39,6 +39,8 @@ Figures (simpg): the step time is the median wall time of the steps after a warm
 rank's); collectives and bytes come from ``simpg.trace()`` opened inside each rank over the
 same steps, per mesh dim, for the rank that receives the most; state bytes are each rank's
 local parameters, gradients and AdamW moments after the last ``opt.step()``, largest rank.
+With ``--gloo`` (2 processes, each training ours and then torch's in one process group;
+mesh 1x2 by default, or 2x1): step time, state bytes and losses; nothing is traced.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ LIBS = ("ours", "torch")
 FULL = "fsdp+tp+sp+loss"  # fully sharded over dp, tensor + sequence + loss parallel over tp
 TP_ONLY = "tp+sp+loss"  # the fallback: tensor parallel alone on a 1 x tp mesh
 STATE_KINDS = ("parameters", "gradients", "optimizer")
+COMM_TIME = "est. comm time/step, NVLink node (us, serial)"  # simpg's cost model, all dims
 
 
 @dataclass
@@ -120,7 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ours' attention kernel (torch's side always runs the math form)")
     p.add_argument("--quick", action="store_true", help="2 steps of 8 tokens")
     p.add_argument("--gloo", action="store_true",
-                   help="2 real gloo processes instead of simpg (step time and losses only)")
+                   help="2 real gloo processes instead of simpg (no collective figures)")
     # one gloo worker process: rank, TCPStore port, output file (started by --gloo)
     p.add_argument("--gloo-worker", nargs=3, metavar=("RANK", "PORT", "OUT"),
                    help=argparse.SUPPRESS)
@@ -353,8 +356,7 @@ def compare(args: argparse.Namespace) -> tuple[dict[str, Side], list[float]]:
             break
         except Exception as e:  # noqa: BLE001 - a configuration torch cannot run is a finding
             error += f"{config}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}; "
-    if torch_side is None:
-        torch_side = Side("torch", "-", (0, 0), error=error)
+    torch_side = torch_side or Side("torch", "-", (0, 0))
     torch_side.error = error
     ours = run_side("ours", args, torch_side.config if torch_side.ranks else FULL)
     return {"ours": ours, "torch": torch_side}, single_device_losses(args)
@@ -385,10 +387,9 @@ def rows(sides: dict[str, Side], reference: list[float], *,
             for row in _per_dim(side):
                 f[f"bytes received/step, {row['dim']}"] = row["bytes"]
                 f[f"collectives/step, {row['dim']}"] = row["count"]
-                f["est. comm time/step, NVLink (us)"] = (
-                    f.get("est. comm time/step, NVLink (us)", 0.0) + row["nvlink_s"] * 1e6)
-            for kind in STATE_KINDS:
-                f[f"{kind} bytes/rank (max)"] = max(r.state[kind] for r in side.ranks)
+                f[COMM_TIME] = f.get(COMM_TIME, 0.0) + row["nvlink_s"] * 1e6
+        for kind in STATE_KINDS:
+            f[f"{kind} bytes/rank (max)"] = max(r.state[kind] for r in side.ranks)
         f["max rel. loss diff vs 1 device"] = _max_rel_diff(side.ranks[0].losses, reference)
     order = [k for lib in LIBS for k in figures.get(lib, {})]
     names = sorted(dict.fromkeys(order), key=_row_order)
@@ -399,7 +400,10 @@ def _per_dim(side: Side) -> list[dict]:
     """examples.train_report's summary per mesh dim, over the measured (traced) steps."""
     dp, tp = side.mesh
     measured = argparse.Namespace(dp_size=dp, tp_size=tp, steps=len(side.ranks[0].step_s) - 1)
-    return collective_summary(measured, unique_records(side.ranks))
+    summary = collective_summary(measured, unique_records(side.ranks))
+    # mesh_dim_of calls a group of every rank "dp+tp": on a 1 x tp mesh that is tp
+    whole = "tp" if dp == 1 else "dp" if tp == 1 else "dp+tp"
+    return [row | {"dim": whole} if row["dim"] == "dp+tp" else row for row in summary]
 
 
 def _row_order(name: str) -> tuple[int, str]:
@@ -498,7 +502,7 @@ def print_report(args: argparse.Namespace, sides: dict[str, Side], reference: li
     """The table, the losses per step and the verdict; True if both match one device."""
     cfg = args.config
     where = (f"{args.dp_size * args.tp_size} simulated ranks (simpg), one process"
-             if simulated else "2 gloo processes on 127.0.0.1 (bytes not traced)")
+             if simulated else "2 gloo processes on 127.0.0.1 (collectives not traced)")
     print(f"command: {command}")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{datetime.datetime.now().isoformat(timespec='seconds')}, {where}")

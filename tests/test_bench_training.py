@@ -55,3 +55,18 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
     assert bench.print_report(args, sides, reference, simulated=True, command="test")
     out = capsys.readouterr().out
     assert "| bytes received/step, tp |" in out and "ours: PASS; torch: PASS" in out
+
+
+@pytest.mark.gloo
+def test_gloo_option_trains_both_libraries_on_two_processes(bench):
+    argv = ["--quick", "--mesh", "1x2"]
+    args = bench.parse_args(argv)
+    sides = bench.run_gloo(args, argv, timeout_s=300)
+    reference = bench.single_device_losses(args)
+    for lib in bench.LIBS:
+        assert sides[lib].error == "" and len(sides[lib].ranks) == 2, lib
+        for r in sides[lib].ranks:
+            assert r.losses == pytest.approx(reference, rel=1e-5), lib
+            assert r.records == []  # real processes: nothing traced
+    names = [name for name, _, _ in bench.rows(sides, reference, simulated=False)]
+    assert names[0] == "step time (s, median)" and not any("collectives" in n for n in names)
