@@ -241,9 +241,12 @@ def tp_plan(config: LlamaConfig, *, sequence_parallel: bool = True, loss_paralle
     - ``output``: column-sharded on the vocabulary; logits stay Shard(-1) DTensors for a
       class-sharded loss, else are gathered to a plain Replicate tensor.
 
-    Under sequence parallel the residual stream between blocks is each rank's plain piece of
-    the sequence (as in torchtitan). Our styles learn the global length (one small gather),
-    so any length works; torch's assume even pieces: keep seqlen a multiple of tp there.
+    The residual stream between blocks stays a DTensor (``use_local_output=False`` on the
+    embedding, wo and w2; torchtitan passes plain local pieces instead): then the norms'
+    SequenceParallel and the next block's PrepareModuleInput see its global length, with no
+    collective to learn it, and the residual adds are DTensor adds on matching shards. Our
+    styles also accept plain pieces of any length (one small gather per module to learn the
+    global length); torch's assume even pieces: keep seqlen a multiple of tp there.
 
     >>> plan = tp_plan(PRESETS["tiny"])  # doctest: +SKIP
     >>> parallelize_module(model, mesh["tp"], plan)  # doctest: +SKIP
@@ -252,15 +255,17 @@ def tp_plan(config: LlamaConfig, *, sequence_parallel: bool = True, loss_paralle
     R, seq = f.Replicate(), f.Shard(1)
     act = seq if sequence_parallel else R  # the residual stream between blocks
     plan: dict[str, Any] = {
-        "tok_embeddings": f.RowwiseParallel(input_layouts=R, output_layouts=act),
+        "tok_embeddings": f.RowwiseParallel(input_layouts=R, output_layouts=act,
+                                            use_local_output=False),
         "layers.*.attention": f.PrepareModuleInput(input_layouts=(act, R, R),
                                                    desired_input_layouts=(R, R, R)),
         "layers.*.attention.wq": f.ColwiseParallel(use_local_output=False),
         "layers.*.attention.wk": f.ColwiseParallel(use_local_output=False),
         "layers.*.attention.wv": f.ColwiseParallel(use_local_output=False),
-        "layers.*.attention.wo": f.RowwiseParallel(output_layouts=act),
+        "layers.*.attention.wo": f.RowwiseParallel(output_layouts=act, use_local_output=False),
         "layers.*.feed_forward.w1": f.ColwiseParallel(use_local_output=False),
-        "layers.*.feed_forward.w2": f.RowwiseParallel(output_layouts=act),
+        "layers.*.feed_forward.w2": f.RowwiseParallel(output_layouts=act,
+                                                      use_local_output=False),
         "layers.*.feed_forward.w3": f.ColwiseParallel(use_local_output=False),
         "output": f.ColwiseParallel(input_layouts=act,
                                     output_layouts=f.Shard(-1) if loss_parallel else R,
