@@ -68,16 +68,17 @@ def _kb(n: float) -> str:
 
 
 def mesh_dim_of(ranks: Sequence[int], dp: int, tp: int) -> str:
-    """Which dim of the row-major dp x tp mesh a group of global ranks spans."""
+    """Which dim of the row-major dp x tp mesh a group of global ranks spans (on a 1 x tp or
+    dp x 1 mesh the whole world is that one dim)."""
     rs = sorted(ranks)
-    if len(rs) == dp * tp:
-        return "dp+tp"
     rows = {r // tp for r in rs}
     cols = {r % tp for r in rs}
     if len(rows) == 1 and len(rs) == tp:
         return "tp"
     if len(cols) == 1 and len(rs) == dp:
         return "dp"
+    if len(rs) == dp * tp:
+        return "dp+tp"
     return "other"
 
 

@@ -318,10 +318,11 @@ def _after_forward(state: _State, out: Any) -> Any:
 
 def state_bytes(params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer | None = None
                 ) -> dict[str, int]:
-    """This rank's bytes of parameters, their gradients and the optimizer's state."""
+    """This rank's bytes of parameters, their gradients and the optimizer's state (of any
+    tensor subclass that keeps its piece in ``_local_tensor``, torch's DTensor too)."""
 
     def local_bytes(t: torch.Tensor) -> int:
-        t = t._local_tensor if isinstance(t, DTensor) else t
+        t = getattr(t, "_local_tensor", t)
         return t.numel() * t.element_size()
 
     out = {"parameters": sum(local_bytes(p) for p in params),
