@@ -102,6 +102,7 @@ def test_state_bytes_are_about_one_over_dp_and_gathered_parameters_are_freed():
         whole = sum(p.numel() * 4 for p in model.parameters())
         for layer in model:
             fully_shard(layer, mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh)  # the root: its own parameters (none) stay until backward
         opt = torch.optim.Adam(model.parameters())
         out = model(torch.randn(2, 64))
         gathered = [m.gathered for m in data_parallel_state(model[0]).params]

@@ -37,6 +37,7 @@ from forward to backward instead (less communication, more memory).
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -46,6 +47,7 @@ from torch.utils import _pytree as pytree
 
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
+from dtensor.parallel.fsdp_comm import Pieces, gather_all, pieces_of, reduce_scatter_all
 from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides
@@ -62,6 +64,7 @@ class _Managed:
     mesh: DeviceMesh  # the mesh it is stored on
     dp_dim: int  # which dim of ``mesh`` is data parallel
     compute_mesh: DeviceMesh | None  # the tp mesh the forward sees, None for plain tensors
+    pieces: Pieces | None = None  # Note [one collective per module]
     gathered: torch.Tensor | None = None  # this rank's piece of the gathered parameter
     owns_gathered: bool = False  # the gathered piece has storage of its own (may be freed)
 
@@ -73,6 +76,7 @@ class _State:
     reshard_after_forward: bool
     params: list[_Managed] = field(default_factory=list)
     handles: list[Any] = field(default_factory=list)
+    is_root: bool | None = None  # decided at the first forward (Note [free after forward])
 
 
 def fully_shard(module: nn.Module, mesh: DeviceMesh, *,
@@ -174,7 +178,9 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     stored = nn.Parameter(DTensor(local.contiguous(), spec, requires_grad=False),
                           requires_grad=param.requires_grad)
     owner._parameters[name] = stored
-    return _Managed(owner, name, stored, mesh, dp_dim, compute_mesh)
+    managed = _Managed(owner, name, stored, mesh, dp_dim, compute_mesh)
+    managed.pieces = pieces_of(managed)
+    return managed
 
 
 def _dp_shard_dim(param: torch.Tensor) -> int:
@@ -218,50 +224,42 @@ def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placemen
 
 
 # -- gather / reduce-scatter -----------------------------------------------------------------
-class _Gather(torch.autograd.Function):
-    """Note [gather and reduce-scatter as one autograd function]."""
+class _GatherModule(torch.autograd.Function):
+    """Note [gather and reduce-scatter as one autograd function], for all of a module's
+    parameters at once (Note [one collective per module]): autograd calls the backward once,
+    when the gradients of every gathered parameter the module used are complete."""
 
     @staticmethod
-    def forward(ctx: Any, stored: DTensor, managed: _Managed,  # type: ignore[override]
-                state: _State) -> torch.Tensor:
-        ctx.managed, ctx.state = managed, state
-        local = _gathered_local(managed)
-        managed.gathered = local
-        # only a piece with storage of its own may be freed: not the stored shard itself (as
-        # with replicate or a dp mesh of one rank). Decided now: a freed storage has no address.
-        managed.owns_gathered = (local.untyped_storage().data_ptr()
-                                 != managed.param._local_tensor.untyped_storage().data_ptr()
-                                 or local.numel() > 0 and managed.param._local_tensor.numel() == 0)
-        return _as_compute(local, managed)
+    def forward(ctx: Any, state: _State, *stored: DTensor) -> tuple:  # type: ignore[override]
+        ctx.state = state
+        ctx.set_materialize_grads(False)  # an unused parameter gets no gradient, not zeros
+        with torch.no_grad():
+            gathered = gather_all(state.params)
+        outs = []
+        for m, local in zip(state.params, gathered):
+            m.gathered = local
+            # only a piece with storage of its own may be freed: not the stored shard itself
+            # (replicate, or a dp mesh of one rank). Decided now: freed storage has no address
+            mine = m.param._local_tensor
+            m.owns_gathered = (local.untyped_storage().data_ptr()
+                               != mine.untyped_storage().data_ptr()
+                               or (local.numel() > 0 and mine.numel() == 0))
+            outs.append(_as_compute(local, m))
+        return tuple(outs)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[DTensor, None, None]:  # type: ignore
-        m: _Managed = ctx.managed
-        spec = m.param._spec
-        src = list(spec.placements)
-        src[m.dp_dim] = Partial("avg")
-        if isinstance(grad, DTensor):
-            for i, p in zip(_other_dims(m.mesh, m.dp_dim), grad.placements):
-                src[i] = p
-            local = grad._local_tensor
-        else:
-            local = grad
-        moved = redistribute_local_tensor(local, m.mesh, tuple(src), spec.placements, spec.shape)
-        if ctx.state.reshard_after_forward:
-            _free(m)
-        return DTensor(moved, spec, requires_grad=False), None, None
-
-
-def _compute_placements(m: _Managed) -> tuple[Placement, ...]:
-    spec = m.param._spec
-    return tuple(Replicate() if i == m.dp_dim else p for i, p in enumerate(spec.placements))
-
-
-def _gathered_local(m: _Managed) -> torch.Tensor:
-    spec = m.param._spec
-    with torch.no_grad():
-        return redistribute_local_tensor(m.param._local_tensor, m.mesh, spec.placements,
-                                         _compute_placements(m), spec.shape)
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
+        state: _State = ctx.state
+        with torch.no_grad():
+            locals_ = reduce_scatter_all(state.params, grads)
+        out: list[DTensor | None] = [None]
+        for m, local in zip(state.params, locals_):
+            out.append(None if local is None else
+                       DTensor(local.contiguous(), m.param._spec, requires_grad=False))
+        if state.reshard_after_forward:
+            for m in state.params:
+                _free(m)
+        return tuple(out)
 
 
 def _as_compute(local: torch.Tensor, m: _Managed) -> torch.Tensor:
@@ -280,39 +278,56 @@ def _free(m: _Managed) -> None:
         m.gathered.untyped_storage().resize_(0)
 
 
-def _regather(m: _Managed) -> None:
-    g = m.gathered
-    if not m.owns_gathered or g is None or g.untyped_storage().size() > 0:
+def _regather(state: _State) -> None:
+    """Gather the freed parameters again, into the same storage (Note [free after forward])."""
+    freed = [m for m in state.params if m.owns_gathered and m.gathered is not None
+             and m.gathered.untyped_storage().size() == 0]
+    if not freed:
         return
-    fresh = _gathered_local(m)
-    storage = g.untyped_storage()
-    storage.resize_(fresh.untyped_storage().nbytes())
-    # write through an alias with its own version counter: autograd's saved views of the
-    # gathered parameter must not look modified in place (they hold the same values again)
-    alias = torch.empty(0, dtype=g.dtype, device=g.device)
-    alias.set_(storage, g.storage_offset(), g.shape, g.stride())
     with torch.no_grad():
-        alias.copy_(fresh)
+        fresh = gather_all(freed)
+    for m, new in zip(freed, fresh):
+        g = m.gathered
+        assert g is not None
+        storage = g.untyped_storage()
+        storage.resize_(new.untyped_storage().nbytes())
+        # write through an alias with its own version counter: autograd's saved views of the
+        # gathered parameter must not look modified in place (they hold the same values again)
+        alias = torch.empty(0, dtype=g.dtype, device=g.device)
+        alias.set_(storage, g.storage_offset(), g.shape, g.stride())
+        with torch.no_grad():
+            alias.copy_(new)
 
 
 # -- hooks -----------------------------------------------------------------------------------
+_forwards_open: contextvars.ContextVar[int] = contextvars.ContextVar("dtensor_fsdp_open",
+                                                                     default=0)
+
+
 def _unshard(state: _State) -> None:
-    for m in state.params:
-        m.owner._parameters[m.name] = _Gather.apply(m.param, m, state)
+    if state.is_root is None:  # the outermost data-parallel module of the first forward
+        state.is_root = _forwards_open.get() == 0
+    _forwards_open.set(_forwards_open.get() + 1)
+    outs = _GatherModule.apply(state, *[m.param for m in state.params])
+    for m, gathered in zip(state.params, outs):
+        m.owner._parameters[m.name] = gathered
 
 
 def _after_forward(state: _State, out: Any) -> Any:
+    _forwards_open.set(max(_forwards_open.get() - 1, 0))
     for m in state.params:
         m.owner._parameters[m.name] = m.param
     if not state.reshard_after_forward:
         return out
+    if state.is_root and torch.is_grad_enabled():
+        return out  # the backward starts with the root: freeing now means gathering again
     for m in state.params:
         _free(m)
     outputs = [t for t in pytree.tree_leaves(out)
                if isinstance(t, torch.Tensor) and t.requires_grad]
     if outputs and torch.is_grad_enabled():
         torch.autograd.graph.register_multi_grad_hook(
-            outputs, lambda _grads: [_regather(m) for m in state.params], mode="any")
+            outputs, lambda _grads: _regather(state), mode="any")
     return out
 
 
