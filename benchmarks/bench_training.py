@@ -31,8 +31,8 @@ What it takes to run torch's side here, and what this script does about it:
   simpg reuses its rank threads: each torch rank clears those caches when it starts and when
   it ends (``_fresh_torch_caches``), so no rank sees results computed for another.
 - torch's styles split heads on local views: n_heads and n_kv_heads must divide tp, so the
-  default kv heads become n_heads when the preset's do not divide tp ("tiny" over tp=4:
-  4 kv heads instead of 2); ``--kv-heads`` sets them.
+  default kv heads become n_heads when the preset's do not divide tp (the "tiny" preset's
+  8 heads over 4 kv heads divide tp=4 and are kept); ``--kv-heads`` sets them.
 
 Figures (simpg): the step time is the median wall time of the steps after a warm-up step
 (both worlds in this process, their ranks taking turns on one core: a world's step, not a
