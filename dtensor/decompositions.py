@@ -5,12 +5,12 @@ Note [sharded vector norms]
 ``|x|_p`` over a dim split across ranks is not a Partial of the ranks' norms:
 sqrt(s1 + s2) != sqrt(s1) + sqrt(s2). It is a Partial of their p-th powers, so each rank
 computes ``|piece|_p ** p``, the sum is all-reduced (one value per output element), and every
-rank takes the p-th root: |x|_p = (sum_r |x_r|_p^p)^(1/p). The inf-norm is the max of the
-pieces' (an all-reduce max), the -inf norm the min, the 0-"norm" (a count) the sum. An empty
-piece contributes the reduction's identity (0, or inf for the min). This is what torch's
-``_NormPartial`` placement does; ours keeps placements closed (Shard/Replicate/Partial) and
-does it here, so ``clip_grad_norm_`` over sharded gradients moves one float per parameter
-instead of every gradient.
+rank takes the p-th root: |x|_p = (sum_r |x_r|_p^p)^(1/p); an empty piece adds 0. Orders
+whose pieces do combine as a Partial (1 and 0 as sums, +-inf as max/min) stay with the rule,
+which defers that reduction. torch expresses the same with its ``_NormPartial`` placement;
+ours keeps placements closed (Shard/Replicate/Partial) and does it here, so the non-foreach
+``clip_grad_norm_`` over sharded gradients moves one float per parameter, not every gradient
+(``dtensor.foreach_norm`` does it for the foreach path, one collective per list).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from dtensor.spec import DTensorSpec
 from dtensor.tensor import DTensor
 
 aten = torch.ops.aten
+# |x|_1 and |x|_0 are sums of the pieces' and |x|_inf / |x|_-inf their max / min: the rule's
+# Partial outputs need no collective here (dtensor.ops.reductions), so those stay with it
+_RULE_ORDS = (0.0, 1.0, math.inf, -math.inf)
 
 
 def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
@@ -45,6 +48,8 @@ def _vector_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     if isinstance(ord_, complex) or math.isnan(float(ord_)):
         return NotImplemented
     p = float(ord_)
+    if p in _RULE_ORDS:
+        return NotImplemented  # a Partial of the pieces' norms is exact: the rule keeps it
     spec = x._spec
     ndim = len(spec.shape)
     dims = set(range(ndim)) if dim is None or (not isinstance(dim, int) and len(dim) == 0) \
@@ -52,35 +57,30 @@ def _vector_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     split = [m for m, pl in enumerate(spec.placements) if isinstance(pl, Shard) and pl.dim in dims]
     if not split:
         return NotImplemented  # every reduced dim is whole on each rank: the rule keeps shards
-    kind = "max" if p == math.inf else "min" if p == -math.inf else "sum"
     local = x._local_tensor
     reduce_dims = sorted(dims) if dims else None
     meta = func(torch.empty(spec.shape, dtype=spec.dtype, device="meta"), ord_,
                 reduce_dims, keepdim, dtype=dtype)
-    if local.numel() == 0:  # the reduction's identity (some orders raise on empty input)
-        piece_shape = _piece_shape(meta.shape, spec, dims, keepdim)
-        part = torch.full(piece_shape, math.inf if kind == "min" else 0.0, dtype=meta.dtype,
-                          device=local.device)
+    if local.numel() == 0:  # adds nothing (the op itself raises on empty input for p < 0)
+        part = torch.zeros(_piece_shape(meta.shape, spec, dims, keepdim), dtype=meta.dtype,
+                           device=local.device)
     else:
-        part = func(local, ord_, reduce_dims, keepdim, dtype=dtype)
-        if kind == "sum" and p != 0:
-            part = part.pow(p)
-    out_placements = _output_placements(spec.placements, dims, keepdim, split, kind)
+        part = func(local, ord_, reduce_dims, keepdim, dtype=dtype).pow(p)
+    out_placements = _output_placements(spec.placements, dims, keepdim, split)
     done = tuple(Replicate() if isinstance(pl, Partial) else pl for pl in out_placements)
     out_shape = tuple(meta.shape)
     total = redistribute_local_tensor(part, spec.mesh, out_placements, done, out_shape)
-    if kind == "sum" and p != 0:
-        total = total.pow(1.0 / p)
+    total = total.pow(1.0 / p)
     out_spec = DTensorSpec(spec.mesh, done, out_shape, tuple(meta.stride()), meta.dtype)
     return DTensor(total, out_spec, requires_grad=False)
 
 
 def _output_placements(placements: tuple[Placement, ...], dims: set[int], keepdim: bool,
-                       split: list[int], kind: str) -> tuple[Placement, ...]:
+                       split: list[int]) -> tuple[Placement, ...]:
     out: list[Placement] = []
     for m, pl in enumerate(placements):
         if m in split:
-            out.append(Partial(kind))
+            out.append(Partial("sum"))
         elif isinstance(pl, Shard):  # a kept dim: its index shifts past the removed ones
             shift = 0 if keepdim else sum(1 for d in dims if d < pl.dim)
             out.append(Shard(pl.dim - shift))
