@@ -17,6 +17,7 @@ message not yet sent), when it finishes, or, in seeded mode, at each collective.
 from __future__ import annotations
 
 import enum
+import gc
 import os
 import random
 import sys
@@ -25,7 +26,7 @@ import time
 import traceback
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -419,8 +420,23 @@ class World:
         return DeadlockError(head + "\n  " + "\n  ".join(lines))
 
 
+def _current_frames() -> dict[int, Any]:
+    """``sys._current_frames()`` with the garbage collector held off: on CPython 3.11 a
+    collection that starts while it holds the interpreter's thread-list lock can free an
+    object whose destructor takes that lock again, and the process hangs for good (CPython
+    gh-106883, fixed from 3.12 by the same measure). The watchdog calls this while the
+    ranks' threads run, so it hit the test suite now and then."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _thread_position(thread: threading.Thread) -> str:
-    frame = sys._current_frames().get(thread.ident or -1)
+    frame = _current_frames().get(thread.ident or -1)
     if frame is None:
         return "<unknown>"
     stack = traceback.extract_stack(frame)
