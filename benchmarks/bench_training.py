@@ -60,7 +60,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -69,6 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `examples` is not an installed package: run from anywhere
     sys.path.insert(0, str(ROOT))
 
+from dtensor.parallel import state_bytes  # noqa: E402
 from examples import train  # noqa: E402
 from examples.models import llama  # noqa: E402
 from examples.train_report import collective_summary, unique_records  # noqa: E402
@@ -88,7 +89,6 @@ class RankRun:
     losses: list[float]  # each step's global loss (averaged over dp)
     step_s: list[float]  # wall seconds of each step, warm-up included
     state: dict[str, int] = field(default_factory=dict)  # local bytes after the last step
-    state_check: dict[str, int] = field(default_factory=dict)  # ours: dtensor's state_bytes
     records: list[Any] = field(default_factory=list)  # simpg: collectives of measured steps
 
 
@@ -171,38 +171,10 @@ def build_model(args: argparse.Namespace) -> llama.Llama:
 
 def single_device_losses(args: argparse.Namespace) -> list[float]:
     """The reference, as examples.train computes it (default attention kernel)."""
-    model = build_model(args)
-    opt = train.make_optimizer(model.parameters(), args.train)
-    losses = []
-    for step in range(args.steps):
-        inputs, targets = train.batch(args.train, step, args.config.vocab_size)
-        loss = llama.loss_fn(model(inputs), targets)
-        loss.backward()
-        if args.clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        opt.step()
-        opt.zero_grad()
-        losses.append(float(loss.detach()))
-    return losses
+    return train.single_device_losses(args.train, build_model(args))
 
 
 # -- one rank ----------------------------------------------------------------------------------
-def local_state_bytes(params: Sequence[torch.Tensor],
-                      opt: torch.optim.Optimizer) -> dict[str, int]:
-    """Local bytes of parameters, gradients and optimizer state, for either library's
-    DTensors (both keep the local shard in ``_local_tensor``; our ``state_bytes`` tests for
-    our DTensor class, and counts a torch DTensor's global ``numel``)."""
-
-    def nbytes(t: torch.Tensor) -> int:
-        t = getattr(t, "_local_tensor", t)
-        return t.numel() * t.element_size()
-
-    return {"parameters": sum(nbytes(p) for p in params),
-            "gradients": sum(nbytes(p.grad) for p in params if p.grad is not None),
-            "optimizer": sum(nbytes(v) for st in opt.state.values() for v in st.values()
-                             if isinstance(v, torch.Tensor) and v.dim() > 0)}
-
-
 def _fresh_torch_caches() -> None:
     """Forget what torch's DTensor cached for whichever rank this thread served before."""
     from torch.distributed.tensor._redistribute import (_gen_transform_infos,
@@ -265,7 +237,6 @@ def _train(lib: str, args: argparse.Namespace, config: str, traced: bool) -> Ran
     step_s: list[float] = []
     records: list[Any] = []
     state: dict[str, int] = {}
-    check: dict[str, int] = {}
     for step in range(args.steps):
         inputs, targets = (t[rows] for t in train.batch(args.train, step,
                                                           args.config.vocab_size))
@@ -280,11 +251,8 @@ def _train(lib: str, args: argparse.Namespace, config: str, traced: bool) -> Ran
             opt.step()
             if step == args.steps - 1:  # gradients and optimizer state alive; not timed
                 paused = time.perf_counter()
-                state = local_state_bytes(list(model.parameters()), opt)
-                if lib == "ours":
-                    from dtensor.parallel import state_bytes
-
-                    check = state_bytes(list(model.parameters()), opt)
+                # reads each DTensor's _local_tensor: ours and torch's alike
+                state = state_bytes(list(model.parameters()), opt)
                 start += time.perf_counter() - paused
             opt.zero_grad()
         step_s.append(time.perf_counter() - start)
@@ -296,7 +264,7 @@ def _train(lib: str, args: argparse.Namespace, config: str, traced: bool) -> Ran
     if dp_size > 1:  # each dp rank's loss is the mean of its rows: average the shares
         dist.all_reduce(total, group=mesh.get_group("dp"))
         total /= dp_size
-    return RankRun(dist.get_rank(), total.tolist(), step_s, state, check, records)
+    return RankRun(dist.get_rank(), total.tolist(), step_s, state, records)
 
 
 @contextlib.contextmanager

@@ -112,14 +112,17 @@ def make_optimizer(params: Any, args: argparse.Namespace) -> torch.optim.Optimiz
     return torch.optim.AdamW(params, lr=args.lr, weight_decay=0.1, foreach=True)
 
 
-def single_device_losses(args: argparse.Namespace) -> list[float]:
-    """The reference: the same model, data and optimizer on one device."""
+def single_device_losses(args: argparse.Namespace,
+                         model: torch.nn.Module | None = None) -> list[float]:
+    """The reference: the same model (built from the seed unless given), data and optimizer
+    on one device."""
     device = torch.device("cuda" if args.cuda else "cpu")
-    model = build_model(args).to(device)
+    model = (model if model is not None else build_model(args)).to(device)
     opt = make_optimizer(model.parameters(), args)
     losses = []
     for step in range(args.steps):
-        inputs, targets = (t.to(device) for t in batch(args, step, model.config.vocab_size))
+        vocab = model.config.vocab_size  # type: ignore[union-attr]
+        inputs, targets = (t.to(device) for t in batch(args, step, vocab))
         loss = llama.loss_fn(model(inputs), targets)
         loss.backward()
         if args.clip:

@@ -33,9 +33,6 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
         for r in side.ranks:
             assert r.losses == pytest.approx(reference, rel=1e-5), lib
             assert len(r.step_s) == 2
-    # ours: the local-bytes helper agrees with dtensor.parallel.state_bytes
-    for r in sides["ours"].ranks:
-        assert r.state == r.state_check
     # fully sharded over dp=2 and tensor parallel over tp=2: well under the whole model
     whole = sum(p.numel() * 4 for p in bench.build_model(args).parameters())
     for lib in bench.LIBS:
