@@ -188,3 +188,31 @@ def test_misuse_gets_a_clear_error(build, error, message):
             build(mesh, MLP())
 
     simpg.run(body, 2)
+
+
+@pytest.mark.parametrize("style, weight", [
+    (ColwiseParallel(output_layouts=Replicate()), Shard(1)),   # embedding dim 10 over 4
+    (RowwiseParallel(), Shard(0)),                              # vocabulary 13 over 4
+], ids=["colwise", "rowwise"])
+def test_embedding_sharded_either_way_matches_one_device(style, weight):
+    ids = torch.randint(0, 13, (3, 5), generator=torch.Generator().manual_seed(3))
+
+    def body() -> None:
+        mesh = init_device_mesh("cpu", (4,))
+        torch.manual_seed(0)
+        ref = nn.Embedding(13, 10)
+        emb = nn.Embedding(13, 10)
+        emb.load_state_dict(ref.state_dict())
+        parallelize_module(emb, mesh, style)
+        assert emb.weight.placements == (weight,)
+        with fallback_policy("error"), simpg.trace() as t:
+            out = emb(ids)
+            out.pow(2).sum().backward()
+        ref(ids).pow(2).sum().backward()
+        torch.testing.assert_close(out, ref(ids))
+        torch.testing.assert_close(emb.weight.grad.full_tensor(), ref.weight.grad)
+        # colwise: the output gathered over the embedding dim; rowwise: partial rows summed
+        assert [r.op for r in t.records][:1] == (
+            ["all_gather"] if weight == Shard(1) else ["all_reduce"])
+
+    simpg.run(body, 4)
