@@ -8,7 +8,8 @@ every OpInfo variant and writes, next to this file:
   Its first line records ``inputs_hash()``; a test fails when the hash no longer matches.
 - ``COVERAGE.md``: the counts (rule, sound for all placements, end to end forward, backward),
   overall and per op family.
-- ``coverage.png``: heatmap of op families by placement kind (share of variants passing).
+- ``coverage.png``: heatmap of op families by placement kind (share of variants passing),
+  drawn with matplotlib (the ``report`` extra: ``pip install -e '.[report]'``).
 
 ``--update-expected`` also rewrites ``expected_failures.py`` from the sweep, keeping the
 reasons of entries that still fail. ``--workers N`` (default: CPU count) runs entries in
@@ -133,6 +134,79 @@ def family_rows(results: Sequence) -> tuple[list[str], list[str], list[list[floa
     return fams, cols, values
 
 
+# -- heatmap ----------------------------------------------------------------------------------
+
+TIER_TITLES = {"sound": "sound (rule level)", "fwd": "end to end forward", "bwd": "backward"}
+
+
+def _matplotlib():
+    """matplotlib's colormaps, Figure and Agg canvas, or an error naming the extra to install."""
+    try:
+        from matplotlib import colormaps
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "the coverage heatmap (opdb_tests/coverage.png) is drawn with matplotlib, which is "
+            "not installed: install the 'report' extra (.venv/bin/python -m pip install -e "
+            "'.[report]') or run  bash scripts/setup.sh", name="matplotlib") from e
+    return colormaps, Figure, FigureCanvasAgg
+
+
+def heatmap(path: str, rows: Sequence[str], cols: Sequence[str],
+            values: Sequence[Sequence[float | None]], title: str = "") -> None:
+    """Draw ``values`` (pass fractions in [0, 1], ``None`` = nothing tried) as a PNG.
+
+    Rows are labelled on the left, columns at the bottom; a column named ``"tier kind"``
+    (``"fwd S~"``) is labelled with its kind, and its tier names the group of columns above
+    the plot. Each cell shows its percent; grey cells had no case. Uses the Agg canvas only
+    (no pyplot, no window), and writes no version metadata, so equal inputs give equal bytes.
+    """
+    import numpy as np
+
+    colormaps, Figure, FigureCanvasAgg = _matplotlib()
+    data = np.array([[np.nan if v is None else 100.0 * v for v in row] for row in values])
+    groups = [c.split(" ", 1)[0] if " " in c else "" for c in cols]
+    kinds = [c.split(" ", 1)[1] if " " in c else c for c in cols]
+
+    fig = Figure(figsize=(1.6 + 0.62 * len(cols) + 0.075 * max(map(len, rows)),
+                          1.9 + 0.42 * len(rows)), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    cmap = colormaps["RdYlGn"].with_extremes(bad="#e4e4e4")
+    im = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=0, vmax=100, aspect="auto")
+    for i, row in enumerate(data):
+        for j, v in enumerate(row):
+            if np.isnan(v):
+                continue
+            r, g, b, _ = cmap(v / 100)
+            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+            ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=9,
+                    color="white" if dark else "black")
+    ax.set_xticks(range(len(cols)), kinds)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("placement kind of the inputs: R all Replicate, S sharded evenly, "
+                  "S~ some shard uneven, P some input Partial, 2-D on a 2-D mesh\n"
+                  "(grey: no case of that kind)")
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    # one labelled band per tier above the columns, white lines between the bands
+    start = 0
+    for j in range(1, len(cols) + 1):
+        if j == len(cols) or groups[j] != groups[start]:
+            if j < len(cols):
+                ax.axvline(j - 0.5, color="white", linewidth=4)
+            ax.text((start + j - 1) / 2, -0.6, TIER_TITLES.get(groups[start], groups[start]),
+                    ha="center", va="bottom", fontsize=10, fontweight="bold")
+            start = j
+    cbar = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    cbar.set_label("variants passing (%)")
+    if title:
+        ax.set_title(title, pad=24)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+
+
 def markdown(results: Sequence, digest: str) -> str:
     c = counts(results)
     fams = sorted({r.family for r in results})
@@ -190,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not args.only:
+        _matplotlib()  # fail before the sweep, not after it
     from opdb_tests.cases import entries
     from opdb_tests.sweep import BASE, sweep
 
@@ -204,10 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     digest = inputs_hash()
     MATRIX.write_text(matrix_text(results, digest))
     MARKDOWN.write_text(markdown(results, digest))
-    from opdb_tests.png import heatmap
-
     fams, cols, values = family_rows(results)
-    heatmap(str(PICTURE), fams, cols, values, title="OP_DB COVERAGE: PERCENT PASSING BY FAMILY")
+    sizes = {f: sum(r.family == f for r in results) for f in fams}
+    heatmap(str(PICTURE), [f"{f} ({sizes[f]})" for f in fams], cols, values,
+            title="op_db coverage: percent of OpInfo variants passing, by family (count)")
     if args.update_expected:
         n = update_expected(results)
         print(f"wrote {EXPECTED_FILE.relative_to(ROOT)} ({n} entries)")
