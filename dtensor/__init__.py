@@ -5,7 +5,8 @@ from dtensor.local_redistribute import redistribute_locals, shard_full, unshard
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
                                 normalize_placements)
 from dtensor.planner import Step, plan, plan_bytes, step_bytes
-from dtensor.mesh import DeviceMesh, MeshError, MeshSpec, init_device_mesh
+from dtensor.mesh import (DeviceMesh, MeshDimError, MeshError, MeshSpec, current_mesh,
+                          init_device_mesh)
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
@@ -16,7 +17,7 @@ __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",
     "local_shape", "local_slices", "mesh_coordinates", "normalize_placements", "plan",
     "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
-    "DeviceMesh", "MeshError", "MeshSpec", "init_device_mesh", "redistribute_local_tensor",
+    "DeviceMesh", "MeshDimError", "MeshError", "MeshSpec", "current_mesh", "init_device_mesh", "redistribute_local_tensor",
     "DTensor", "distribute_tensor", "empty", "full", "ones", "rand", "randn", "zeros",
     "NoShardingRuleError", "fallback_policy",
 ]

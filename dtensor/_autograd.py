@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from dtensor.comm import Handle
 from dtensor.placements import Placement
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, replicate_partials
@@ -78,21 +79,39 @@ class ToLocal(torch.autograd.Function):
 
 
 class Redistribute(torch.autograd.Function):
+    """Note [gradient placements]. ``forward_dtype`` casts the piece before the forward
+    collectives (the result has that dtype); ``backward_dtype`` casts the gradient before the
+    backward ones, and the gradient is cast back to the input's dtype after them (as torch's
+    ``redistribute(..., forward_dtype=, backward_dtype=)``)."""
+
     @staticmethod
-    def forward(ctx: Any, dt: DTensor, placements: tuple[Placement, ...],
-                async_op: bool) -> DTensor:  # type: ignore[override]
+    def forward(ctx: Any, dt: DTensor, placements: tuple[Placement, ...],  # type: ignore[override]
+                async_op: bool, forward_dtype: torch.dtype | None = None,
+                backward_dtype: torch.dtype | None = None) -> DTensor:
         from dtensor.tensor import DTensor
 
         ctx.src_spec = dt._spec
-        local = _moved(dt._local_tensor, dt._spec, placements, async_op)
-        return DTensor(local, dt._spec.with_placements(placements),
-                       requires_grad=dt.requires_grad)
+        ctx.backward_dtype = backward_dtype
+        local, spec = dt._local_tensor, dt._spec
+        if forward_dtype is not None and forward_dtype != local.dtype:
+            local = local.to(forward_dtype)
+            spec = DTensorSpec(spec.mesh, spec.placements, spec.shape, spec.stride, forward_dtype)
+        moved = _moved(local, spec, placements, async_op)
+        # an async redistribute is finished here: a DTensor's piece is a tensor, not a handle
+        # (the overlap torch's AsyncCollectiveTensor gives is not built yet)
+        local = moved.wait() if isinstance(moved, Handle) else moved
+        return DTensor(local, spec.with_placements(placements), requires_grad=dt.requires_grad)
 
     @staticmethod
-    def backward(ctx: Any, grad: DTensor) -> tuple[DTensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: DTensor) -> tuple:  # type: ignore[override]
         from dtensor.tensor import DTensor
 
-        target = replicate_partials(ctx.src_spec.placements)
-        local, spec = _grad_parts(grad, ctx.src_spec)
-        local = _moved(local, spec, target)
-        return DTensor(local, spec.with_placements(target), requires_grad=False), None, None
+        src: DTensorSpec = ctx.src_spec
+        target = replicate_partials(src.placements)
+        local, spec = _grad_parts(grad, src)
+        if ctx.backward_dtype is not None and ctx.backward_dtype != local.dtype:
+            local = local.to(ctx.backward_dtype)
+        local = _moved(local, spec, target).to(src.dtype)
+        out = DTensor(local, DTensorSpec(src.mesh, target, src.shape, src.stride, src.dtype),
+                      requires_grad=False)
+        return out, None, None, None, None

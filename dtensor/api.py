@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from dtensor.layout import local_shape
-from dtensor.mesh import DeviceMesh
+from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.placements import Placement, Replicate, normalize_placements
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor, make_dtensor
@@ -40,17 +40,16 @@ def _from_full(full: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement
                         requires_grad=requires_grad)
 
 
-def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
+def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = None,
                       placements: Sequence[Placement] | None = None, *,
                       src_data_rank: int | None = 0) -> DTensor:
-    """Shard ``tensor`` over ``device_mesh``: every rank takes its piece of the tensor held by
-    global rank ``src_data_rank`` (broadcast first), or of its own copy when it is None.
+    """Shard ``tensor`` over ``device_mesh`` (default: the mesh of the innermost ``with
+    mesh:``): every rank takes its piece of the tensor held by group rank ``src_data_rank``
+    on every mesh dim (broadcast first), or of its own copy when it is None.
 
     The result is a leaf that requires grad if ``tensor`` did.
     """
-    if not isinstance(device_mesh, DeviceMesh):
-        raise TypeError(f"device_mesh must be a dtensor DeviceMesh, got "
-                        f"{type(device_mesh).__name__}")
+    device_mesh = resolve_mesh(device_mesh, "distribute_tensor")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
     full = tensor.detach()
     if src_data_rank is not None:
@@ -78,8 +77,9 @@ def _shape(size: tuple) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple, device_mesh: DeviceMesh,
-             placements: Sequence[Placement] | None, requires_grad: bool) -> DTensor:
+def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple,
+             device_mesh: DeviceMesh, placements: Sequence[Placement] | None,
+             requires_grad: bool) -> DTensor:
     """Build only this rank's piece (nothing on a rank outside the mesh)."""
     shape = _shape(size)
     placements_t = _placements(placements, len(shape), device_mesh, shape)
@@ -91,8 +91,10 @@ def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple, devic
 
 
 def _filled(fill: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
-    def factory(*size: int, device_mesh: DeviceMesh, placements: Sequence[Placement] | None = None,
+    def factory(*size: int, device_mesh: DeviceMesh | None = None,
+                placements: Sequence[Placement] | None = None,
                 dtype: torch.dtype | None = None, requires_grad: bool = False) -> DTensor:
+        device_mesh = resolve_mesh(device_mesh, fill.__name__)
         device = torch.device(device_mesh.device_type)
         return _factory(lambda s: fill(s, dtype=dtype, device=device), size, device_mesh,
                         placements, requires_grad)
@@ -108,19 +110,22 @@ ones = _filled(torch.ones)
 empty = _filled(torch.empty)
 
 
-def full(size: Sequence[int], fill_value: float, *, device_mesh: DeviceMesh,
+def full(size: Sequence[int], fill_value: float, *, device_mesh: DeviceMesh | None = None,
          placements: Sequence[Placement] | None = None, dtype: torch.dtype | None = None,
          requires_grad: bool = False) -> DTensor:
     """Like ``torch.full`` for a DTensor; each rank builds only its piece."""
+    device_mesh = resolve_mesh(device_mesh, "full")
     device = torch.device(device_mesh.device_type)
     return _factory(lambda s: torch.full(s, fill_value, dtype=dtype, device=device),
                     tuple(size), device_mesh, placements, requires_grad)
 
 
 def _random(draw: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
-    def factory(*size: int, device_mesh: DeviceMesh, placements: Sequence[Placement] | None = None,
+    def factory(*size: int, device_mesh: DeviceMesh | None = None,
+                placements: Sequence[Placement] | None = None,
                 dtype: torch.dtype | None = None, requires_grad: bool = False,
                 generator: torch.Generator | None = None) -> DTensor:
+        device_mesh = resolve_mesh(device_mesh, draw.__name__)
         shape = _shape(size)
         full_tensor = draw(shape, dtype=dtype, generator=generator,
                            device=torch.device(device_mesh.device_type))  # Note [sharded RNG]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 import torch
@@ -9,33 +10,49 @@ import torch.distributed as dist
 
 from dtensor.layout import local_shape, mesh_coordinates
 from dtensor.mesh import DeviceMesh
-from dtensor.placements import Placement, Shard, fmt_placements
+from dtensor.placements import Placement, Replicate, Shard, fmt_placements
 
 
 def check_local_shapes(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Placement],
                        shape: Sequence[int] | None) -> tuple[int, ...]:
-    """Gather every rank's local shape and dtype; return the global shape they imply.
+    """Gather every rank's local shape, dtype, ``requires_grad``, layout order and (where a
+    mesh dim replicates) a digest of its values; return the global shape they imply.
 
-    Raises ``ValueError`` naming each rank whose piece does not fit (its shape, the expected
-    shape) when the pieces are inconsistent with one global tensor under ``placements``.
+    Raises ``ValueError`` naming the ranks when the pieces are inconsistent with one global
+    tensor under ``placements``: a piece of the wrong shape, different dtypes or
+    ``requires_grad``, pieces laid out in different dim orders, or replicas that differ
+    (torch's run_check overwrites them with rank 0's silently).
     """
     group = mesh.group_for(tuple(range(mesh.ndim)))
     seen: list = [None] * mesh.size()
-    dist.all_gather_object(seen, (tuple(local.shape), str(local.dtype)), group=group)
+    replicated = [m for m, p in enumerate(placements) if isinstance(p, Replicate)]
+    mine = (tuple(local.shape), str(local.dtype), bool(local.requires_grad),
+            tuple(local.stride()), _digest(local) if replicated else "")
+    dist.all_gather_object(seen, mine, group=group)
     coords = list(mesh_coordinates(mesh.shape))
     by_coord = dict(zip(coords, seen))
-    dtypes = {d for _, d in seen}
+    if len({v[2] for v in seen}) > 1:
+        detail = ", ".join(f"{c}: {v[2]}" for c, v in by_coord.items())
+        raise ValueError(f"from_local(run_check=True): ranks hold pieces with different "
+                         f"requires_grad: {detail}")
+    orders = _dim_orders(by_coord)
+    if len(set(orders.values())) > 1:
+        detail = ", ".join(f"{c}: {o}" for c, o in orders.items())
+        raise ValueError(f"from_local(run_check=True): ranks lay their pieces out in different "
+                         f"dim orders (outermost first, by stride): {detail}")
+    _check_replicas(by_coord, replicated)
+    dtypes = {v[1] for v in seen}
     if len(dtypes) > 1:
-        detail = ", ".join(f"{c}: {d}" for c, (_, d) in by_coord.items())
+        detail = ", ".join(f"{c}: {v[1]}" for c, v in by_coord.items())
         raise ValueError(f"from_local(run_check=True): ranks hold different dtypes: {detail}")
-    ndims = {len(s) for s, _ in seen}
+    ndims = {len(v[0]) for v in seen}
     if len(ndims) > 1:
-        detail = ", ".join(f"{c}: {s}" for c, (s, _) in by_coord.items())
+        detail = ", ".join(f"{c}: {v[0]}" for c, v in by_coord.items())
         raise ValueError(
             f"from_local(run_check=True): ranks hold tensors of different ndim: {detail}")
     global_shape = tuple(shape) if shape is not None else _implied_shape(by_coord, mesh, placements)
     bad = []
-    for coord, (got, _) in by_coord.items():
+    for coord, (got, *_) in by_coord.items():
         want = local_shape(global_shape, mesh.shape, placements, coord)
         if got != want:
             bad.append(f"mesh coordinate {coord}: local shape {got}, expected {want}")
@@ -47,6 +64,41 @@ def check_local_shapes(local: torch.Tensor, mesh: DeviceMesh, placements: Sequen
     return global_shape
 
 
+def _dim_orders(by_coord: dict) -> dict[tuple, tuple[int, ...]]:
+    """Each rank's dims from outermost to innermost by stride, over the dims longer than 1 on
+    every rank (a size-1 or empty dim's stride says nothing about the layout)."""
+    shapes = [v[0] for v in by_coord.values()]
+    if len({len(s) for s in shapes}) > 1:
+        return {}
+    dims = [d for d in range(len(shapes[0])) if all(s[d] > 1 for s in shapes)]
+    return {c: tuple(sorted(dims, key=lambda d: (-v[3][d], d))) for c, v in by_coord.items()}
+
+
+def _digest(t: torch.Tensor) -> str:
+    data = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() \
+        if t.numel() else b""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _check_replicas(by_coord: dict, replicated: list[int]) -> None:
+    """Ranks whose coordinates differ only along Replicate mesh dims hold the same piece."""
+    if not replicated:
+        return
+    groups: dict[tuple, list] = {}
+    for coord, v in by_coord.items():
+        key = tuple(c for m, c in enumerate(coord) if m not in replicated)
+        groups.setdefault(key, []).append((coord, v[4]))
+    for members in groups.values():
+        if len({d for _, d in members}) > 1:
+            first = members[0][1]
+            differ = [c for c, d in members if d != first]
+            raise ValueError(
+                f"from_local(run_check=True): the pieces at mesh coordinates "
+                f"{[c for c, _ in members]} must be equal replicas (Replicate on mesh dims "
+                f"{replicated}), but {differ} differ from {members[0][0]}: a plain tensor that "
+                f"differs across ranks is not replicated")
+
+
 def _implied_shape(by_coord: dict, mesh: DeviceMesh,
                    placements: Sequence[Placement]) -> tuple[int, ...]:
     origin = (0,) * mesh.ndim
@@ -56,6 +108,6 @@ def _implied_shape(by_coord: dict, mesh: DeviceMesh,
         if not mesh_dims:
             continue
         # the pieces along those mesh dims, other coordinates at 0, tile the dim
-        shape[dim] = sum(s[dim] for c, (s, _) in by_coord.items()
+        shape[dim] = sum(v[0][dim] for c, v in by_coord.items()
                          if all(c[m] == 0 for m in range(mesh.ndim) if m not in mesh_dims))
     return tuple(shape)

@@ -15,8 +15,10 @@ Build one on every rank of the default group, like torch's ``DeviceMesh``:
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +33,68 @@ DEVICE_TYPES = ("cpu", "cuda")
 
 class MeshError(ValueError):
     """A mesh that cannot be built or a mesh dim / rank that is not on the mesh."""
+
+
+class MeshDimError(MeshError, KeyError):
+    """A mesh dim name the mesh lacks: a ``KeyError`` too, as ``mesh["nope"]`` is in torch."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+# Note [current mesh]
+# ``with mesh:`` makes ``mesh`` the default of distribute_tensor, the factories and from_local
+# on this rank (a ContextVar: ranks that are threads each have their own), innermost first.
+_current: contextvars.ContextVar[tuple] = contextvars.ContextVar("dtensor_mesh", default=())
+
+
+# Note [pickling meshes]
+# A mesh holds process groups, which cannot be pickled. It pickles as its description
+# (device type, ranks, dim names) and unpickles as the live mesh of this rank with that
+# description, the one the program built (a checkpoint loaded where the mesh exists), or, if
+# there is none, as a new one, which every rank of the default group must then build in the
+# same order (SPMD, as when every rank loads the same checkpoint). ``copy.deepcopy`` keeps the
+# mesh itself: it is an identity, not data.
+_live: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dtensor_meshes",
+                                                                    default=None)
+
+
+def _remember(mesh: DeviceMesh) -> None:
+    live = _live.get()
+    if live is None:
+        live = weakref.WeakValueDictionary()
+        _live.set(live)
+    live[mesh._key()] = mesh
+
+
+def _restore_mesh(device_type: str, ranks: list, names: tuple[str, ...] | None) -> DeviceMesh:
+    """Note [pickling meshes]."""
+    key = (device_type, tuple(torch.as_tensor(ranks).shape),
+           tuple(torch.as_tensor(ranks).reshape(-1).tolist()), names)
+    live = _live.get()
+    found = live.get(key) if live is not None else None
+    if found is not None:
+        return found
+    return DeviceMesh(device_type, ranks, mesh_dim_names=names)
+
+
+def current_mesh() -> DeviceMesh | None:
+    """The innermost mesh entered with ``with mesh:`` on this rank, or None."""
+    stack = _current.get()
+    return stack[-1] if stack else None
+
+
+def resolve_mesh(mesh: DeviceMesh | None, what: str) -> DeviceMesh:
+    """``mesh``, else the current mesh (Note [current mesh]); a clear error for neither."""
+    if mesh is None:
+        mesh = current_mesh()
+        if mesh is None:
+            raise MeshError(f"{what}: no device_mesh given and no mesh is current: pass "
+                            f"device_mesh= or run inside `with mesh:`")
+    if not isinstance(mesh, DeviceMesh):
+        raise TypeError(f"{what}: device_mesh must be a dtensor DeviceMesh, got "
+                        f"{type(mesh).__name__}")
+    return mesh
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +137,7 @@ class MeshSpec:
         """The index of mesh dim ``dim`` (an int, negative allowed, or a name)."""
         if isinstance(dim, str):
             if self.dim_names is None or dim not in self.dim_names:
-                raise MeshError(f"mesh dim {dim!r} is not on {self}: expected one of "
+                raise MeshDimError(f"mesh dim {dim!r} is not on {self}: expected one of "
                                 f"{list(self.dim_names or ())}")
             return self.dim_names.index(dim)
         if isinstance(dim, bool) or not isinstance(dim, int) or not -self.ndim <= dim < self.ndim:
@@ -116,6 +180,7 @@ class DeviceMesh:
         _check_world(self)
         _init_device(self)
         self._create_dim_groups()
+        _remember(self)
 
     # -- construction ------------------------------------------------------------------------
     def _bind(self, device_type: str, ranks: torch.Tensor, spec: MeshSpec,
@@ -257,6 +322,7 @@ class DeviceMesh:
         root, root_dims = self.root_mesh()
         sub._root = root
         sub._root_dims = tuple(root_dims[m] for m in dims)
+        _remember(sub)
         return sub
 
     def root_mesh(self) -> tuple[DeviceMesh, tuple[int, ...]]:
@@ -266,6 +332,24 @@ class DeviceMesh:
         if root is None:
             return self, tuple(range(self.ndim))
         return root, self._root_dims
+
+    # -- the current mesh (Note [current mesh]) ---------------------------------------------
+    def __enter__(self) -> DeviceMesh:
+        self.__dict__.setdefault("_tokens", []).append(_current.set(_current.get() + (self,)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self.__dict__["_tokens"].pop())
+
+    # -- pickling (Note [pickling meshes]) ---------------------------------------------------
+    def __reduce__(self) -> tuple:
+        return (_restore_mesh, (self.device_type, self._ranks.tolist(), self.mesh_dim_names))
+
+    def __deepcopy__(self, memo: dict) -> DeviceMesh:
+        return self
+
+    def __copy__(self) -> DeviceMesh:
+        return self
 
     # -- identity ----------------------------------------------------------------------------
     def _key(self) -> tuple:
@@ -306,6 +390,7 @@ def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
     """
     shape = tuple(mesh_shape)
     spec = MeshSpec(shape, None if mesh_dim_names is None else tuple(mesh_dim_names))
+    _init_from_launcher(device_type)
     world = _world_size(f"init_device_mesh({shape})")
     if spec.size != world:
         raise MeshError(f"init_device_mesh({shape}) needs {spec.size} ranks, but the default "
@@ -323,6 +408,15 @@ def _as_rank_tensor(mesh: torch.Tensor | Sequence) -> torch.Tensor:
             or ranks.ndim == 0 or ranks.numel() == 0:
         raise MeshError(f"mesh {mesh!r}: expected a non-empty n-d array of integer ranks")
     return ranks.to(torch.int64)
+
+
+def _init_from_launcher(device_type: str) -> None:
+    """Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR in the environment) and with no default
+    group yet, create it as torch's init_device_mesh does: nccl for cuda meshes, else gloo."""
+    if dist.is_initialized() or not all(k in os.environ for k in ("RANK", "WORLD_SIZE",
+                                                                  "MASTER_ADDR")):
+        return
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
 
 
 def _world_size(what: str) -> int:

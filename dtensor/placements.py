@@ -54,6 +54,16 @@ class Shard:
     def __str__(self) -> str:
         return f"S({self.dim})"
 
+    def is_shard(self, dim: int | None = None) -> bool:
+        """True (for ``dim`` None or this shard's dim), as torch's placements answer."""
+        return dim is None or dim == self.dim
+
+    def is_replicate(self) -> bool:
+        return False
+
+    def is_partial(self, reduce_op: str | None = None) -> bool:
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class Replicate:
@@ -65,6 +75,15 @@ class Replicate:
 
     def __str__(self) -> str:
         return "R"
+
+    def is_shard(self, dim: int | None = None) -> bool:
+        return False
+
+    def is_replicate(self) -> bool:
+        return True
+
+    def is_partial(self, reduce_op: str | None = None) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +104,16 @@ class Partial:
 
     def __str__(self) -> str:
         return f"P({self.reduce_op})"
+
+    def is_shard(self, dim: int | None = None) -> bool:
+        return False
+
+    def is_replicate(self) -> bool:
+        return False
+
+    def is_partial(self, reduce_op: str | None = None) -> bool:
+        """True (for ``reduce_op`` None or this placement's op)."""
+        return reduce_op is None or reduce_op == self.reduce_op
 
 
 Placement = Shard | Replicate | Partial

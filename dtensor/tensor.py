@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Sequence
 
 import torch
 from torch.utils import _foreach_utils
 
 from dtensor import _autograd
-from dtensor.mesh import DeviceMesh
+from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, contiguous_strides
@@ -46,6 +47,21 @@ class DTensor(torch.Tensor):
     def __repr__(self) -> str:  # type: ignore[override]
         return (f"DTensor(local_tensor={self._local_tensor}, device_mesh={self._spec.mesh}, "
                 f"placements={self._spec.placements})")
+
+    # -- copying and pickling (Note [pickling meshes] in dtensor.mesh) ----------------------
+    def __deepcopy__(self, memo: dict) -> DTensor:
+        new = DTensor(copy.deepcopy(self._local_tensor.detach(), memo), self._spec,
+                      requires_grad=self.requires_grad, tspec=self._tspec)
+        for k, v in self.__dict__.items():  # _is_param (a Parameter), user attributes
+            if k not in ("_local_tensor", "_spec", "_tspec"):
+                setattr(new, k, copy.deepcopy(v, memo))
+        memo[id(self)] = new
+        return new
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        s = self._spec
+        return (_rebuild, (self._local_tensor.detach(), s.mesh, s.placements, s.shape,
+                           s.stride, self.requires_grad))
 
     # aten-level dispatch does all the work; the Python-level hook would only re-wrap results
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -86,7 +102,11 @@ class DTensor(torch.Tensor):
         """
         from dtensor.checks import check_local_shapes
 
-        mesh = _require_mesh(device_mesh)
+        if isinstance(local_tensor, DTensor):
+            raise TypeError("DTensor.from_local takes this rank's piece as a plain tensor, got "
+                            f"a DTensor with placements {local_tensor.placements}: use "
+                            "redistribute() to change its placements, or to_local() first")
+        mesh = resolve_mesh(device_mesh, "DTensor.from_local")
         placements = normalize_placements(
             placements if placements is not None else [Replicate()] * mesh.ndim,
             local_tensor.dim(), mesh.ndim, shape=local_tensor.shape)
@@ -96,7 +116,8 @@ class DTensor(torch.Tensor):
             global_shape = tuple(int(s) for s in shape)
         else:
             global_shape = _even_global_shape(local_tensor.shape, mesh, placements)
-        strides = tuple(stride) if stride is not None else contiguous_strides(global_shape)
+        strides = (tuple(stride) if stride is not None
+                   else strides_like(local_tensor, global_shape))
         spec = DTensorSpec(mesh, placements, global_shape, strides, local_tensor.dtype)
         return _autograd.FromLocal.apply(local_tensor, spec)
 
@@ -110,8 +131,13 @@ class DTensor(torch.Tensor):
 
     def redistribute(self, device_mesh: DeviceMesh | None = None,
                      placements: Sequence[Placement] | None = None, *,
-                     async_op: bool = False) -> DTensor:
-        """The same global tensor in new placements, moved with the least communication."""
+                     async_op: bool = False, forward_dtype: torch.dtype | None = None,
+                     backward_dtype: torch.dtype | None = None) -> DTensor:
+        """The same global tensor in new placements, moved with the least communication.
+
+        ``forward_dtype`` casts before the forward collectives (the result has that dtype);
+        ``backward_dtype`` casts the gradient before the backward ones (it returns in this
+        DTensor's dtype). ``async_op=True`` is accepted and finishes before returning."""
         mesh = device_mesh if device_mesh is not None else self._spec.mesh
         if mesh != self._spec.mesh:
             raise ValueError(f"redistribute to another mesh is not supported: the DTensor lives on "
@@ -119,7 +145,8 @@ class DTensor(torch.Tensor):
         if placements is None:
             raise ValueError("redistribute needs placements, one per mesh dim")
         target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
-        return _autograd.Redistribute.apply(self, target, async_op)
+        return _autograd.Redistribute.apply(self, target, async_op, forward_dtype,
+                                            backward_dtype)
 
     def full_tensor(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """The whole global tensor on every rank (all_gather / all_reduce as needed)."""
@@ -127,12 +154,24 @@ class DTensor(torch.Tensor):
         return replicated.to_local(grad_placements=grad_placements)
 
 
-def _require_mesh(mesh: DeviceMesh | None) -> DeviceMesh:
-    if mesh is None:
-        raise ValueError("a device_mesh is required (no default mesh is kept per thread yet)")
-    if not isinstance(mesh, DeviceMesh):
-        raise TypeError(f"device_mesh must be a dtensor DeviceMesh, got {type(mesh).__name__}")
-    return mesh
+def _rebuild(local: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement, ...],
+             shape: tuple[int, ...], stride: tuple[int, ...], requires_grad: bool) -> DTensor:
+    """Unpickle a DTensor: its piece under its spec, as a leaf."""
+    spec = DTensorSpec(mesh, tuple(placements), tuple(shape), tuple(stride), local.dtype)
+    return DTensor(local, spec, requires_grad=requires_grad)
+
+
+def strides_like(local: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...]:
+    """Contiguous strides for ``shape`` with the dims in the order of ``local``'s strides
+    (outermost first), as torch derives a DTensor's stride from its piece: a piece built
+    transposed gives a transposed global layout."""
+    order = sorted(range(local.dim()), key=lambda d: (-local.stride(d), d))
+    out = [0] * len(shape)
+    acc = 1
+    for d in reversed(order):
+        out[d] = acc
+        acc *= max(int(shape[d]), 1)
+    return tuple(out)
 
 
 def _even_global_shape(local: Sequence[int], mesh: DeviceMesh,

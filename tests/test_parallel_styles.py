@@ -114,6 +114,7 @@ def test_prepare_module_input_output_move_positional_and_keyword_inputs():
 
         class One(nn.Module):
             def forward(self, t):
+                t = t.to_local() if isinstance(t, DTensor) else t  # PrepareModuleInputOutput
                 return DTensor.from_local(t.chunk(2)[dist.get_rank()], mesh, [Shard(0)])
 
         one = parallelize_module(One(), mesh, PrepareModuleOutput(

@@ -1,0 +1,210 @@
+"""The same program on torch.distributed.tensor and on ours (both on simpg): results,
+placements, shapes and error types agree, item by item of the drop-in list.
+
+torch's DTensor keeps per-thread caches keyed without the rank, and simpg reuses its rank
+threads: each torch body starts by clearing them (``_fresh_torch_caches``).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.tensor as tdt
+from torch.distributed.device_mesh import init_device_mesh as torch_init_device_mesh
+
+import dtensor
+import simpg
+
+LIBS = ("ours", "torch")
+
+
+def _fresh_torch_caches() -> None:
+    from torch.distributed.tensor._redistribute import (_gen_transform_infos,
+                                                        clear_redistribute_planner_cache)
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    _gen_transform_infos.cache_clear()
+    clear_redistribute_planner_cache()
+    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
+
+
+class Lib:
+    """One library's names, so a program is written once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        mod: Any = dtensor if name == "ours" else tdt
+        self.DTensor, self.Shard = mod.DTensor, mod.Shard
+        self.Replicate, self.Partial = mod.Replicate, mod.Partial
+        self.distribute_tensor = mod.distribute_tensor
+        self.init_device_mesh = (dtensor.init_device_mesh if name == "ours"
+                                 else torch_init_device_mesh)
+
+
+def both(world: int, program: Callable[[Lib], Any]) -> dict[str, list[Any]]:
+    """``program`` on every rank, once per library: {library: per-rank results}."""
+    out = {}
+    for name in LIBS:
+        lib = Lib(name)
+
+        def body(lib: Lib = lib) -> Any:
+            if lib.name == "torch":
+                _fresh_torch_caches()
+            return program(lib)
+
+        out[name] = simpg.run(body, world)
+    return out
+
+
+def _error(fn: Callable[[], Any]) -> str:
+    try:
+        fn()
+    except Exception as e:  # the type is what is compared
+        return type(e).__name__
+    return "no error"
+
+
+def test_placement_predicates():
+    def program(lib: Lib) -> tuple:
+        s, r, p = lib.Shard(1), lib.Replicate(), lib.Partial("avg")
+        return (s.is_shard(), s.is_shard(1), s.is_shard(0), s.is_replicate(), s.is_partial(),
+                r.is_replicate(), r.is_shard(), p.is_partial(), p.is_partial("avg"),
+                p.is_partial("sum"), p.is_shard())
+
+    res = both(1, program)
+    assert res["ours"] == res["torch"]
+
+
+def test_negative_shard_dims_resolve_against_the_tensor():
+    def program(lib: Lib) -> tuple:
+        mesh = lib.init_device_mesh("cpu", (2,))
+        d = lib.distribute_tensor(torch.arange(12.0).reshape(3, 4), mesh, [lib.Shard(-1)])
+        moved = d.redistribute(mesh, [lib.Shard(-2)])
+        return (str(d.placements[0]), tuple(d.to_local().shape), str(moved.placements[0]),
+                moved.to_local().tolist())
+
+    res = both(2, program)
+    assert [r[1:] for r in res["ours"]] == [r[1:] for r in res["torch"]]
+    assert [r[0][-2] for r in res["ours"]] == ["1", "1"]  # S(1) / Shard(dim=1)
+
+
+def test_mesh_is_a_context_manager_and_a_missing_dim_is_a_key_error():
+    def program(lib: Lib) -> tuple:
+        mesh = lib.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        with mesh:
+            d = lib.distribute_tensor(torch.ones(4, 2), placements=[lib.Shard(0), lib.Replicate()])
+        try:
+            mesh["no_such_dim"]
+        except KeyError:  # ours: MeshDimError, a MeshError (ValueError) and a KeyError
+            missing = "KeyError"
+        return tuple(d.to_local().shape), missing
+
+    res = both(4, program)
+    assert res["ours"] == res["torch"]
+
+
+def test_src_data_rank_is_a_group_rank_on_a_sub_mesh():
+    def program(lib: Lib) -> list:
+        mesh = lib.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        data = torch.full((4,), float(dist.get_rank()))  # each rank a different tensor
+        d = lib.distribute_tensor(data, mesh["tp"], [lib.Shard(0)], src_data_rank=0)
+        return d.to_local().tolist()
+
+    res = both(4, program)
+    assert res["ours"] == res["torch"]  # ranks 2, 3 read from rank 2, their tp group's first
+
+
+def test_from_local_refuses_a_dtensor_and_keeps_the_local_layout_in_the_stride():
+    def program(lib: Lib) -> tuple:
+        mesh = lib.init_device_mesh("cpu", (2,))
+        d = lib.distribute_tensor(torch.ones(4, 2), mesh, [lib.Shard(0)])
+        err = _error(lambda: lib.DTensor.from_local(d, mesh, [lib.Shard(0)]))
+        transposed = lib.DTensor.from_local(torch.zeros(2, 3).t(), mesh, [lib.Shard(0)])
+        return err, tuple(transposed.shape), tuple(transposed.stride())
+
+    res = both(2, program)
+    assert res["ours"][0][1:] == res["torch"][0][1:]
+    assert res["ours"][0][0] != "no error"
+
+
+@pytest.mark.parametrize("what", ["dtype", "requires_grad", "replicas"])
+def test_run_check_catches_pieces_that_cannot_form_one_tensor(what):
+    def body() -> None:
+        mesh = dtensor.init_device_mesh("cpu", (2,))
+        r = dist.get_rank()
+        local = torch.ones(2, 3)
+        placements = [dtensor.Shard(0)]
+        if what == "dtype":
+            local = local.double() if r else local
+        elif what == "requires_grad":
+            local.requires_grad_(r == 0)
+        else:
+            local, placements = local * r, [dtensor.Replicate()]
+        with pytest.raises(ValueError, match={"dtype": "different dtypes",
+                                              "requires_grad": "different requires_grad",
+                                              "replicas": "must be equal replicas"}[what]):
+            dtensor.DTensor.from_local(local, mesh, placements, run_check=True)
+
+    simpg.run(body, 2)
+
+
+def test_pickle_torch_save_and_deepcopy_round_trip():
+    def program(lib: Lib) -> list:
+        mesh = lib.init_device_mesh("cpu", (2,))
+        d = lib.distribute_tensor(torch.arange(6.0).reshape(3, 2), mesh, [lib.Shard(0)])
+        buf = io.BytesIO()
+        torch.save(d, buf)
+        loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+        out = []
+        for copy_ in (copy.deepcopy(d), pickle.loads(pickle.dumps(d)), loaded):
+            out.append((type(copy_).__name__, copy_.to_local().tolist(), tuple(copy_.shape),
+                        copy_.device_mesh == mesh))
+        param = torch.nn.Parameter(d)
+        out.append(isinstance(copy.deepcopy(param), torch.nn.Parameter))
+        return out
+
+    res = both(2, program)
+    assert res["ours"] == res["torch"]
+
+
+def test_async_redistribute_and_dtypes_of_the_collectives():
+    def program(lib: Lib) -> tuple:
+        mesh = lib.init_device_mesh("cpu", (2,))
+        x = lib.distribute_tensor(torch.arange(4.0).requires_grad_(), mesh, [lib.Shard(0)])
+        y = x.redistribute(mesh, [lib.Replicate()], async_op=True)
+        z = x.redistribute(mesh, [lib.Replicate()], forward_dtype=torch.bfloat16,
+                           backward_dtype=torch.float64)
+        (z.to_local().float() * 2).sum().backward()
+        return (y.to_local().tolist(), z.dtype, z.to_local().dtype, x.grad.dtype,
+                x.grad.to_local().tolist())
+
+    res = both(2, program)
+    assert res["ours"] == res["torch"]
+
+
+def test_init_device_mesh_creates_the_default_group_under_a_launcher(monkeypatch):
+    # what torchrun sets; the group is made from the environment, as torch's does
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(k, v)
+    assert not dist.is_initialized()
+    try:
+        mesh = dtensor.init_device_mesh("cpu", (1,))
+        assert dist.is_initialized() and dist.get_backend() == "gloo"
+        assert mesh.get_coordinate() == [0]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
