@@ -6,6 +6,7 @@
 """
 
 from simpg import c10d_state as _c10d_state
+from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
 from simpg.costmodel import CostModel, LinkModel
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError

@@ -1,0 +1,498 @@
+"""``simpg.testing``: torch's DTensor test base, run on simulated ranks in one process.
+
+A test class written for torch's
+``torch.testing._internal.distributed._tensor.common_dtensor.DTensorTestBase`` runs here by
+changing its base-class import: each test method runs on ``world_size`` simpg ranks (threads)
+with the default process group initialised, ``self.rank`` is the calling rank,
+``build_device_mesh()`` returns a mesh of our ``dtensor`` (or of torch's DTensor, see
+``dtensor_lib``), and ``self.run_subtests`` runs a whole grid, reporting every failing
+combination with its rank.
+
+>>> import io, unittest, torch, torch.distributed as dist
+>>> from simpg.testing import DTensorTestBase, with_comms
+>>> class AllReduceTest(DTensorTestBase):
+...     world_size = 2
+...     @with_comms
+...     def test_sum(self):
+...         t = torch.tensor([self.rank + 1.0])
+...         dist.all_reduce(t)
+...         self.assertEqual(t, [3.0])
+>>> suite = unittest.defaultTestLoader.loadTestsFromTestCase(AllReduceTest)
+>>> unittest.TextTestRunner(stream=io.StringIO()).run(suite).wasSuccessful()
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+import functools
+import importlib
+import itertools
+import sys
+import threading
+import traceback
+import unittest
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from simpg.backend import rank_context
+from simpg.errors import RankFailedError, SimpgError
+from simpg.runner import run
+from simpg.subtests import SubtestsFailed, _label, run_subtests
+
+__all__ = [
+    "DEVICE_TYPE",
+    "NUM_DEVICES",
+    "DTensorOpTestBase",
+    "DTensorTestBase",
+    "skip_if_lt_x_gpu",
+    "skip_unless_torch_gpu",
+    "with_comms",
+]
+
+# torch's defaults on a machine without accelerators: 4 ranks on cpu
+NUM_DEVICES = 4
+DEVICE_TYPE = "cpu"
+SEED = 1234  # torch's common_utils.SEED: every rank starts its test from this seed
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- failures seen during one test method --------------------------------------------------------
+
+@dataclass(frozen=True)
+class _SubtestFailure:
+    """One failing combination of ``run_subtests``: its index in the grid, its values, the rank
+    that failed (``None``: a deadlock or mismatch, seen by every rank) and the formatted error."""
+
+    index: int
+    combo: tuple[tuple[str, Any], ...]
+    rank: int | None
+    error: str
+
+    def describe(self, world_size: int) -> str:
+        where = (f"failed on rank {self.rank} of {world_size}" if self.rank is not None
+                 else f"failed on every rank of {world_size} (no rank to blame)")
+        return f"[{_label(dict(self.combo))}] {where}:\n{self.error}"
+
+
+@dataclass
+class _TestRun:
+    """What the ranks of one test method share: the subtest failures each of them saw."""
+
+    test_id: str
+    world_size: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    subtest_failures: list[_SubtestFailure] = field(default_factory=list)
+
+    def record(self, failure: _SubtestFailure) -> None:
+        with self.lock:
+            if failure.rank is None and any(
+                    f.index == failure.index and f.rank is None for f in self.subtest_failures):
+                return  # every rank raises its copy of a deadlock or mismatch: report it once
+            self.subtest_failures.append(failure)
+
+    def report(self) -> SubtestsFailed:
+        failures = sorted(self.subtest_failures,
+                          key=lambda f: (f.index, -1 if f.rank is None else f.rank))
+        combos = len({f.index for f in failures})
+        body = "\n\n".join(f.describe(self.world_size) for f in failures)
+        return SubtestsFailed(f"{self.test_id}: {combos} failing subtest(s) on "
+                              f"{self.world_size} simulated ranks:\n\n{body}")
+
+
+_current_run: contextvars.ContextVar[_TestRun | None] = contextvars.ContextVar(
+    "simpg_testing_run", default=None)
+
+
+def _format_error(error: BaseException) -> str:
+    # from the test function's own frame down; the wrapper frame above it says nothing
+    tb = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(error), error, tb)).rstrip()
+
+
+# -- torch's DTensor in reused threads -----------------------------------------------------------
+
+def _fresh_torch_caches() -> None:
+    """Forget what torch's DTensor cached for whichever rank this thread served before.
+
+    torch keys its sharding and redistribute caches by mesh, and a mesh by thread id, not by
+    rank (some entries depend on the rank's mesh coordinate); simpg reuses threads across
+    worlds, so a thread may serve another rank next time. Only modules already imported are
+    touched: simpg never imports torch's DTensor.
+    """
+    mods = sys.modules
+    if "torch.distributed.tensor" not in mods:
+        return
+    torch._C._clear_DTensor_sharding_propagator_cache()  # this thread's C++ fast path
+    api = mods.get("torch.distributed.tensor._api")
+    if api is not None:
+        api.DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    redistribute = mods.get("torch.distributed.tensor._redistribute")
+    if redistribute is not None:
+        redistribute._gen_transform_infos.cache_clear()
+        redistribute.clear_redistribute_planner_cache()
+    prop = mods.get("torch.distributed.tensor._sharding_prop")
+    if prop is not None:
+        prop.ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
+
+
+@contextlib.contextmanager
+def _torch_meshes_per_rank() -> Iterator[None]:
+    """Note [torch meshes per rank]: torch's DeviceMesh equals any mesh of the same ranks and
+    shape unless its ``_thread_id`` differs, which torch sets only on its "threaded" backend.
+    On simpg the ranks' meshes would compare equal, so torch's process-wide redistribute caches
+    (``_gen_transform_infos``, the planner cache) would hand every rank the plan, and the
+    mesh coordinate, of the rank that came first: wrong pieces for uneven shards on 2-d meshes.
+    While a test runs, a mesh built on a simpg rank records its thread, as on "threaded"."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    original = DeviceMesh.__init__
+
+    @functools.wraps(original)
+    def init(mesh: Any, *args: Any, **kwargs: Any) -> None:
+        original(mesh, *args, **kwargs)
+        if getattr(mesh, "_thread_id", None) is None and rank_context.get() is not None:
+            mesh._thread_id = threading.get_ident()
+            mesh._hash = None  # computed lazily from _thread_id too
+
+    DeviceMesh.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DeviceMesh.__init__ = original  # type: ignore[method-assign]
+
+
+def _reset_torch_rng_tracker() -> None:
+    # one module-level tracker, made by the first rank that drew random numbers: not per rank
+    random_mod = sys.modules.get("torch.distributed.tensor._random")
+    if random_mod is not None:
+        random_mod._rng_tracker = None
+
+
+# -- the test base ---------------------------------------------------------------------------------
+
+def _unwrap_dtensors(x: Any, y: Any) -> tuple[Any, Any]:
+    """torch's assertEqual rule for DTensors, for ours too: same placements and mesh, then the
+    local tensors compare; a DTensor against a plain tensor is ambiguous."""
+    x_dt, y_dt = (isinstance(v, torch.Tensor) and hasattr(v, "placements")
+                  and hasattr(v, "to_local") for v in (x, y))
+    if x_dt and y_dt:
+        if tuple(x.placements) != tuple(y.placements):
+            raise AssertionError(f"DTensor placements do not match: {x.placements} != "
+                                 f"{y.placements}")
+        if x.device_mesh != y.device_mesh:
+            raise AssertionError(f"DTensor meshes do not match: {x.device_mesh} != "
+                                 f"{y.device_mesh}")
+        return x.to_local(), y.to_local()
+    if x_dt != y_dt:
+        raise TypeError("comparing a DTensor to a non-DTensor is ambiguous; compare "
+                        ".full_tensor() (the whole tensor) or .to_local() (this rank's piece)")
+    return x, y
+
+
+class DTensorTestBase(unittest.TestCase):
+    """torch's ``DTensorTestBase`` on simpg: each test method runs on every simulated rank.
+
+    Each rank runs the method on its own shallow copy of the test instance (as each process
+    has its own instance under torch's base), with the default process group initialised and
+    torch's RNG seeded with ``SEED``; ``setUp`` and ``tearDown`` run once, on the calling
+    thread, where ``self.rank`` is ``MAIN_PROCESS_RANK``. A failure is re-raised with the rank
+    that raised it; a deadlock or mismatched collective raises simpg's error instead of hanging.
+    Class attributes: ``world_size`` (4), ``dtensor_lib`` (where ``build_device_mesh`` finds
+    ``init_device_mesh``: ``"dtensor"``, ours, or ``"torch.distributed.tensor"``), ``timeout``
+    (seconds a rank may run without yielding).
+
+    >>> import unittest, torch
+    >>> from dtensor import Shard, distribute_tensor
+    >>> class ShardTest(DTensorTestBase):
+    ...     world_size = 2
+    ...     def test_rows(self):
+    ...         d = distribute_tensor(torch.arange(6.0), self.build_device_mesh(), [Shard(0)])
+    ...         self.assertEqual(d.to_local(), torch.arange(6.0)[3 * self.rank:][:3])
+    >>> ShardTest("test_rows").run().wasSuccessful()
+    True
+    """
+
+    MAIN_PROCESS_RANK: ClassVar[int] = -1
+    dtensor_lib: ClassVar[str] = "dtensor"
+    timeout: ClassVar[float] = 30.0
+    # read by torch's assertEqual as atol / rtol floors (torch's precisionOverride sets them)
+    precision: ClassVar[float] = 0.0
+    rel_tol: ClassVar[float] = 0.0
+
+    def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
+        if methodName != "runTest":  # torch's order of names, and unittest's keyword
+            method_name = methodName
+        super().__init__(method_name)
+        test = getattr(type(self), method_name, None)
+        if callable(test):
+            setattr(self, method_name, self._on_ranks(test))
+
+    # -- what torch's base offers -----------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return NUM_DEVICES
+
+    @property
+    def device_type(self) -> str:
+        return DEVICE_TYPE
+
+    @property
+    def backend(self) -> str:
+        return "simpg"
+
+    @property
+    def is_local_tensor_enabled(self) -> bool:
+        return False
+
+    @property
+    def rank(self) -> int:
+        """The calling rank; ``MAIN_PROCESS_RANK`` (-1) outside the test method's ranks."""
+        ctx = rank_context.get()
+        return self.MAIN_PROCESS_RANK if ctx is None else ctx[1]
+
+    def build_device_mesh(self) -> Any:
+        """A 1-d mesh of all ranks, from ``dtensor_lib``'s ``init_device_mesh``."""
+        lib = importlib.import_module(self.dtensor_lib)
+        return lib.init_device_mesh(self.device_type, (self.world_size,))
+
+    def init_manual_seed_for_rank(self) -> None:
+        torch.manual_seed(self.rank)
+
+    def init_pg(self, eager_init: bool = False, backend: str | None = None) -> None:
+        """simpg initialised the default group already; any ``backend`` is simulated."""
+        if not dist.is_initialized():
+            raise RuntimeError(
+                f"init_pg must run inside a test method on the simulated ranks (where simpg has "
+                f"initialised the default group); it was called on rank {self.rank} with no group")
+
+    def destroy_pg(self, device_id: int | None = None) -> None:
+        """Meet the other ranks; simpg destroys the group when the method returns."""
+        dist.barrier()
+
+    def run_subtests(self, subtest_config: Mapping[str, Sequence[Any]], test_fn: Callable[..., Any],
+                     *test_args: Any, **test_kwargs: Any) -> None:
+        """Call ``test_fn(*test_args, **test_kwargs, **combo)`` for every combination.
+
+        A failure aborts only its combination (the other ranks are released, the next
+        combination starts clean); at the end of the test every failing combination is
+        reported with its values and the rank that failed.
+
+        >>> import torch, torch.distributed as dist
+        >>> class GridTest(DTensorTestBase):
+        ...     world_size = 2
+        ...     def test_grid(self):
+        ...         def check(n):
+        ...             t = torch.ones(n); dist.all_reduce(t); self.assertEqual(t.sum(), 2 * n)
+        ...         self.run_subtests({"n": [1, 3]}, check)
+        >>> GridTest("test_grid").run().wasSuccessful()
+        True
+        """
+        ctx = rank_context.get()
+        if ctx is None:
+            raise RuntimeError("run_subtests must be called inside a test method, on the "
+                               "simulated ranks; it was called outside them")
+        rank = ctx[1]
+        current = _current_run.get()
+        keys = list(subtest_config)
+        index = itertools.count()  # this rank's count; every rank walks the grid in one order
+
+        def one(**combo: Any) -> None:
+            i = next(index)
+            try:
+                test_fn(*test_args, **test_kwargs, **combo)
+            except RankFailedError:
+                raise  # another rank failed this combination; that rank records it
+            except Exception as e:
+                if current is not None:
+                    blame = None if isinstance(e, SimpgError) else rank
+                    values = tuple((k, combo[k]) for k in keys)
+                    current.record(_SubtestFailure(i, values, blame, _format_error(e)))
+                raise
+
+        run_subtests(subtest_config, one)
+
+    def subTest(self, *args: Any, **params: Any) -> Any:
+        """unittest's ``subTest`` on the calling thread; on a rank, a failure inside it is
+        re-raised with the rank and the parameters (a rank cannot go on alone)."""
+        if rank_context.get() is None:
+            return super().subTest(*args, **params)
+        return _RankSubtest(self.rank, args, params)
+
+    def assertEqual(self, x: Any, y: Any, msg: Any = None, **kwargs: Any) -> None:
+        """torch's ``TestCase.assertEqual`` (tensors, numbers, containers, ``atol``/``rtol``,
+        ``exact_dtype``…), from any rank; DTensors compare as in torch (same placements and
+        mesh, then local pieces)."""
+        __tracebackhide__ = True
+        x, y = _unwrap_dtensors(x, y)
+        _torch_test_case().assertEqual(self, x, y, msg, **kwargs)
+
+    def assertNotEqual(self, x: Any, y: Any, msg: Any = None, **kwargs: Any) -> None:
+        __tracebackhide__ = True
+        x, y = _unwrap_dtensors(x, y)
+        _torch_test_case().assertNotEqual(self, x, y, msg, **kwargs)
+
+    def _test_op_on_dtensor(self, op_call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """``op_call`` on DTensors, gathered, equals ``op_call`` on their full tensors."""
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        def full(a: Any) -> Any:
+            return a.full_tensor() if hasattr(a, "full_tensor") else a
+
+        expected, _ = tree_flatten(op_call(*tree_map(full, args), **tree_map(full, kwargs)))
+        actual, _ = tree_flatten(op_call(*args, **kwargs))
+        self.assertEqual(expected, [full(a) for a in actual])
+
+    # -- running a method on the ranks ------------------------------------------------------
+    def _on_ranks(self, test: Callable[..., Any]) -> Callable[[], None]:
+        @functools.wraps(test)  # keeps unittest's skip / expectedFailure marks
+        def on_ranks() -> None:
+            self._run_on_ranks(test)
+
+        return on_ranks
+
+    def _run_on_ranks(self, test: Callable[..., Any]) -> None:
+        if rank_context.get() is not None:
+            raise RuntimeError(f"{self.id()} was called on a simulated rank; a test method runs "
+                               "its own world and must be called from outside one")
+        current = _TestRun(self.id(), self.world_size)
+
+        def rank_body() -> None:
+            _current_run.set(current)
+            _fresh_torch_caches()
+            torch.manual_seed(SEED)
+            try:
+                test(copy.copy(self))
+            finally:
+                _fresh_torch_caches()
+
+        try:
+            with _torch_meshes_per_rank():
+                run(rank_body, self.world_size, timeout=self.timeout)
+        except BaseException as e:
+            if not current.subtest_failures:
+                raise
+            # each rank raises only the combinations it failed: report all of them together
+            if isinstance(e, SubtestsFailed):
+                raise current.report() from None
+            e.add_note(f"[simpg.testing] earlier, {current.report()}")
+            raise
+        finally:
+            _reset_torch_rng_tracker()
+
+
+class DTensorOpTestBase(DTensorTestBase):
+    """torch's ``DTensorOpTestBase``: the same base, meant for methods without ``with_comms``
+    (the default group exists either way)."""
+
+
+class _RankSubtest:
+    """``subTest`` on a rank: no result to report into, so failures propagate with a note."""
+
+    def __init__(self, rank: int, args: tuple, params: dict[str, Any]) -> None:
+        self.label = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in params.items()])
+        self.rank = rank
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        if isinstance(error, Exception) and not isinstance(error, RankFailedError):
+            error.add_note(f"[simpg.testing] in subTest({self.label}) on rank {self.rank}")
+        return False
+
+
+@functools.cache
+def _torch_test_case() -> type:
+    """torch's ``TestCase``, imported on first use (Note [torch assertEqual])."""
+    from torch.testing._internal.common_utils import TestCase
+
+    return TestCase
+
+
+# Note [torch assertEqual]: tests written for torch's base compare tensors, lists and numbers
+# with torch's assertEqual, so we call that very function rather than rewrite it. We do not
+# subclass torch's TestCase: its run() patches dynamo's config and imports torch._dynamo, and
+# setUp/tearDown check global state; none of it is needed on simulated cpu ranks. Importing
+# common_utils (about 0.6 s, once) also disables setting torch.backends flags outside their
+# flags() contexts, as it does in torch's own test suite.
+
+
+# -- decorators ------------------------------------------------------------------------------------
+
+def with_comms(eager_init: Any = False, backend: str | None = None) -> Any:
+    """torch's ``@with_comms``, ``@with_comms()`` or ``@with_comms(eager_init=..., backend=...)``:
+    ``init_pg`` (the simulated group is already there), the method, then ``destroy_pg`` (a
+    barrier: a rank still issuing collectives shows up as a mismatch).
+
+    >>> import torch.distributed as dist
+    >>> class T(DTensorTestBase):
+    ...     world_size = 2
+    ...     @with_comms
+    ...     def test_ranks(self):
+    ...         self.assertEqual(dist.get_world_size(), 2)
+    >>> T("test_ranks").run().wasSuccessful()
+    True
+    """
+
+    def decorator(func: F, eager_init: bool = False, backend: str | None = None) -> F:
+        @functools.wraps(func)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+            if not hasattr(self, "init_pg"):  # a harness without it, as in torch's decorator
+                func(self, *args, **kwargs)
+                return
+            self.init_pg(eager_init, backend)
+            func(self, *args, **kwargs)
+            self.destroy_pg()
+
+        return wrapper  # type: ignore[return-value]
+
+    if callable(eager_init):
+        return decorator(eager_init)
+    return functools.partial(decorator, eager_init=eager_init, backend=backend)
+
+
+def _accelerators() -> int:
+    return torch.accelerator.device_count() if torch.accelerator.is_available() else 0
+
+
+def skip_if_lt_x_gpu(x: int, *, allow_cpu: bool = False) -> Callable[[F], F]:
+    """torch's decorator: simulated ranks need no GPU, so a test whose ``device_type`` is
+    ``"cpu"`` runs; on another device type it is skipped unless ``x`` accelerators exist.
+    ``allow_cpu`` is accepted for torch's signature (cpu always runs here).
+
+    >>> class T(DTensorTestBase):
+    ...     world_size = 2
+    ...     @skip_if_lt_x_gpu(8)
+    ...     def test_runs_on_cpu(self):
+    ...         self.assertEqual(self.device_type, "cpu")
+    >>> T("test_runs_on_cpu").run().wasSuccessful()
+    True
+    """
+
+    def decorator(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            device = getattr(self, "device_type", DEVICE_TYPE)
+            if device != "cpu" and _accelerators() < x:
+                raise unittest.SkipTest(f"needs {x} {device} devices, found {_accelerators()}")
+            return func(self, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+def skip_unless_torch_gpu(method: F) -> F:
+    """torch's ``skip_unless_torch_gpu``: ``skip_if_lt_x_gpu(NUM_DEVICES)``."""
+    return skip_if_lt_x_gpu(NUM_DEVICES)(method)
+
