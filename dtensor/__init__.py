@@ -17,7 +17,8 @@ __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",
     "local_shape", "local_slices", "mesh_coordinates", "normalize_placements", "plan",
     "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
-    "DeviceMesh", "MeshDimError", "MeshError", "MeshSpec", "current_mesh", "init_device_mesh", "redistribute_local_tensor",
+    "DeviceMesh", "MeshDimError", "MeshError", "MeshSpec", "current_mesh", "init_device_mesh",
+    "redistribute_local_tensor",
     "DTensor", "distribute_tensor", "empty", "full", "ones", "rand", "randn", "zeros",
     "NoShardingRuleError", "fallback_policy",
 ]

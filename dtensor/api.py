@@ -51,6 +51,9 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     """
     device_mesh = resolve_mesh(device_mesh, "distribute_tensor")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
+    if device_mesh.get_coordinate() is None:  # not a member: an empty piece, no collective
+        return make_dtensor(tensor.new_empty(0), device_mesh, placements_t, tensor.shape,
+                            requires_grad=tensor.requires_grad)
     full = tensor.detach()
     if src_data_rank is not None:
         source = _source_rank(device_mesh, src_data_rank)
@@ -84,7 +87,7 @@ def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple,
     shape = _shape(size)
     placements_t = _placements(placements, len(shape), device_mesh, shape)
     coord = device_mesh.get_coordinate()
-    piece = ((0,) * len(shape) if coord is None
+    piece = ((0,) if coord is None
              else local_shape(shape, device_mesh.shape, placements_t, coord))
     return make_dtensor(make(piece), device_mesh, placements_t, shape,
                         requires_grad=requires_grad)

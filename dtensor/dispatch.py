@@ -42,6 +42,7 @@ from dtensor import debug
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, decide
 from dtensor.layout import local_box
+from dtensor.outside_mesh import run_outside
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
@@ -139,6 +140,8 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
     dargs = tuple(describe(a) for a in args)
     dkwargs = tuple((k, describe(v)) for k, v in kwargs.items())
+    if mesh._coord is None:  # Note [ranks outside the mesh]
+        return run_outside(func, args, kwargs, dargs, dkwargs, mesh)
     pinned = None
     for t in tensors:
         if isinstance(t, DTensor):

@@ -33,7 +33,7 @@ class DTensorSpec:
     def local_shape(self, coordinate: Sequence[int] | None = None) -> tuple[int, ...]:
         coord = coordinate if coordinate is not None else self.mesh.get_coordinate()
         if coord is None:
-            return (0,) * len(self.shape)  # not a member: holds nothing
+            return (0,)  # not a member: holds nothing (torch's shape for it: [0])
         return local_shape(self.shape, self.mesh.shape, self.placements, coord)
 
     def with_placements(self, placements: Sequence[Placement]) -> DTensorSpec:

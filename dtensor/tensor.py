@@ -110,6 +110,14 @@ class DTensor(torch.Tensor):
         placements = normalize_placements(
             placements if placements is not None else [Replicate()] * mesh.ndim,
             local_tensor.dim(), mesh.ndim, shape=local_tensor.shape)
+        if mesh.get_coordinate() is None:
+            # not a member: it holds nothing and takes part in no check (as in torch)
+            global_shape = (tuple(int(n) for n in shape) if shape is not None
+                            else _even_global_shape(local_tensor.shape, mesh, placements))
+            spec = DTensorSpec(mesh, placements, global_shape,
+                               tuple(stride) if stride is not None
+                               else contiguous_strides(global_shape), local_tensor.dtype)
+            return _autograd.FromLocal.apply(local_tensor.new_empty(0), spec)
         if run_check:
             global_shape = check_local_shapes(local_tensor, mesh, placements, shape)
         elif shape is not None:

@@ -208,3 +208,22 @@ def test_init_device_mesh_creates_the_default_group_under_a_launcher(monkeypatch
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_ranks_outside_a_mesh_hold_empty_pieces_and_wait_for_nothing():
+    def program(lib: Lib) -> list:
+        from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+
+        mesh = (dtensor.DeviceMesh("cpu", [0, 3]) if lib.name == "ours"
+                else TorchMesh("cpu", [0, 3]))
+        x = lib.distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [lib.Shard(0)])
+        y = x.redistribute(mesh, [lib.Replicate()])
+        z = (x * 2 + 1).sum()
+        local = lib.DTensor.from_local(torch.ones(2, 2), mesh, [lib.Shard(0)])
+        full = x.full_tensor()
+        return [(tuple(t.to_local().shape), tuple(t.shape))
+                for t in (x, y, z, local)] + [tuple(full.shape)]
+
+    res = both(4, program)
+    assert res["ours"] == res["torch"]
+    assert res["ours"][1][0] == ((0,), (4, 2))  # rank 1 is outside [0, 3]

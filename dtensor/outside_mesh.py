@@ -1,0 +1,82 @@
+"""Ops on a rank outside a DTensor's mesh.
+
+Note [ranks outside the mesh]
+A mesh may hold some of the world's ranks only (``DeviceMesh("cpu", [0, 3])`` in a world of
+4). A rank outside it still runs the SPMD program, so it holds DTensors of that mesh, but it
+holds no piece of them (its local tensor is empty, ``torch.Size([0])`` as in torch; a 0-d
+output is a 0-d zero) and takes
+part in no collective of the mesh: if it did, the members would wait for it or it for them.
+Every op it runs on such DTensors computes nothing and returns empty pieces carrying the
+global metadata (shape, dtype, placements) that the members' outputs have, so that the
+program's later shape logic agrees on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from dtensor.ops.propagate import decide
+from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
+from dtensor.placements import Replicate
+from dtensor.spec import DTensorSpec
+
+
+def run_outside(func: Any, args: tuple, kwargs: dict, dargs: tuple, dkwargs: tuple,
+                mesh: Any) -> Any:
+    """Note [ranks outside the mesh]: the op's outputs as empty pieces, nothing computed."""
+    from dtensor.tensor import DTensor
+
+    op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
+    out = _meta_call(op)
+    metas = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if func in REGISTRY:
+        placements = list(decide(op).chosen.outputs)
+    else:
+        placements = [(Replicate(),) * mesh.ndim] * len(metas)
+    device = torch.device(mesh.device_type)
+    written = _written_args(func, args, kwargs)
+    made = iter(range(len(metas)))
+
+    def wrap(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        i = next(made)
+        if i in written:
+            return written[i]
+        spec = DTensorSpec(mesh, tuple(placements[i]), tuple(t.shape), tuple(t.stride()),
+                           t.dtype)
+        # a 0-d output stays 0-d (torch's shape for it too); others hold nothing
+        piece = (torch.zeros((), dtype=t.dtype, device=device) if t.dim() == 0
+                 else torch.empty(0, dtype=t.dtype, device=device))
+        return DTensor(piece, spec, requires_grad=False)
+
+    return pytree.tree_map(wrap, out)
+
+
+def _meta_call(op: OpSpec) -> Any:
+    def meta(x: Any) -> Any:
+        if isinstance(x, TensorSpec):
+            return torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta")
+        if isinstance(x, tuple):
+            return [meta(v) for v in x]
+        return x
+
+    kwargs = {k: ("meta" if k == "device" and v is not None else meta(v)) for k, v in op.kwargs}
+    return op.op(*[meta(a) for a in op.args], **kwargs)
+
+
+def _written_args(func: Any, args: tuple, kwargs: dict) -> dict[int, Any]:
+    """Output index -> the argument an in-place op returns (add_ returns self)."""
+    found: dict[int, Any] = {}
+    schema_args = func._schema.arguments
+    for j, r in enumerate(func._schema.returns):
+        if r.alias_info is None:
+            continue
+        for i, a in enumerate(schema_args):
+            if (a.alias_info is not None and a.alias_info.is_write
+                    and a.alias_info.before_set & r.alias_info.before_set):
+                found[j] = args[i] if i < len(args) else kwargs.get(a.name)
+    return found
