@@ -160,7 +160,8 @@ def heatmap(path: str, rows: Sequence[str], cols: Sequence[str],
     Rows are labelled on the left, columns at the bottom; a column named ``"tier kind"``
     (``"fwd S~"``) is labelled with its kind, and its tier names the group of columns above
     the plot. Each cell shows its percent; grey cells had no case. Uses the Agg canvas only
-    (no pyplot, no window), and writes no version metadata, so equal inputs give equal bytes.
+    (no pyplot, no window) and writes no version metadata: equal inputs give equal bytes
+    with the same matplotlib.
     """
     import numpy as np
 
