@@ -28,6 +28,9 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import torch
 import torch.distributed as dist
 
+from dtensor.debug_comm import _comm_log, _note
+from dtensor.debug_comm import quiet as _quiet_comm_log
+
 T = TypeVar("T")
 U = TypeVar("U")
 ReduceOpName = Literal["sum", "avg", "max", "min"]
@@ -101,6 +104,8 @@ def all_gather(tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: dis
 def all_gather(tensor, shapes, group, *, async_op=False):  # noqa: E302
     """Every group rank's tensor, in group-rank order; ``shapes[i]`` is rank i's shape."""
     shapes = _check_shapes("all_gather", tensor, shapes, group)
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("all_gather", group, (tensor,), shapes)
     x = tensor.contiguous()
     if capabilities(group).uneven_all_gather or len(set(shapes)) == 1:
         outs = [x.new_empty(s) for s in shapes]
@@ -135,6 +140,8 @@ def all_to_all(inputs, output_shapes, group, *, async_op=False):  # noqa: E302
     if len(inputs) != n or len(output_shapes) != n:
         raise ValueError(f"all_to_all: got {len(inputs)} inputs and {len(output_shapes)} output "
                          f"shapes, expected {n} of each (one per rank of the group)")
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("all_to_all", group, inputs, output_shapes)
     ins = [t.contiguous() for t in inputs]
     shapes = [tuple(int(d) for d in s) for s in output_shapes]
     like = ins[0]
@@ -164,6 +171,8 @@ def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup, op: ReduceOpName 
 def all_reduce(tensor, group, op="sum", *, async_op=False):  # noqa: E302
     """The reduction of every group rank's ``tensor`` (out of place)."""
     c10d_op, divide = _reduce_op(op, tensor, group)
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("all_reduce", group, (tensor,), (tensor.shape,))
     out = tensor.clone(memory_format=torch.contiguous_format)
     work = dist.all_reduce(out, op=c10d_op, group=group, async_op=True)
     return _result(Handle([work], lambda: out.div_(divide) if divide else out), async_op)
@@ -183,6 +192,8 @@ def reduce_scatter(inputs, group, op="sum", *, async_op=False):  # noqa: E302
         raise ValueError(f"reduce_scatter: got {len(inputs)} pieces, expected {n} (one per "
                          f"rank of the group)")
     c10d_op, divide = _reduce_op(op, inputs[0], group)
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("reduce_scatter", group, inputs, (inputs[me].shape,))
     ins = [t.contiguous() for t in inputs]
     if capabilities(group).reduce_scatter:
         out = ins[me].new_empty(ins[me].shape)
@@ -191,7 +202,8 @@ def reduce_scatter(inputs, group, op="sum", *, async_op=False):  # noqa: E302
     # Send piece i to rank i, then reduce the n copies of this rank's piece here: the same
     # bytes on the wire as a ring reduce_scatter.
     mine = ins[me].shape
-    gathered = all_to_all(ins, [mine] * n, group, async_op=True)
+    with _quiet_comm_log():  # recorded above, as the reduce_scatter it stands for
+        gathered = all_to_all(ins, [mine] * n, group, async_op=True)
 
     def finish() -> torch.Tensor:
         stacked = torch.stack(gathered.wait())

@@ -130,3 +130,6 @@ def implicit_communication(mode: str) -> Iterator[None]:
         yield
     finally:
         _implicit.reset(token)
+
+
+from dtensor.debug_comm import CommDebugMode  # noqa: F401  (torch: tensor.debug.CommDebugMode)
