@@ -42,7 +42,7 @@ from dtensor import debug
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, decide
 from dtensor.layout import local_box
-from dtensor.outside_mesh import run_outside
+from dtensor.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
@@ -141,7 +141,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     dargs = tuple(describe(a) for a in args)
     dkwargs = tuple((k, describe(v)) for k, v in kwargs.items())
     if mesh._coord is None:  # Note [ranks outside the mesh]
-        return run_outside(func, args, kwargs, dargs, dkwargs, mesh)
+        return run_outside(func, args, kwargs, dargs, dkwargs, mesh, _return_sources(func))
     pinned = None
     for t in tensors:
         if isinstance(t, DTensor):
@@ -356,18 +356,7 @@ def _localize(a: torch.Tensor, placements: tuple[Placement, ...], mesh: Any) -> 
 @lru_cache(maxsize=65536)
 def _output_meta(op: OpSpec) -> list[torch.Tensor]:
     """Global output shapes, strides and dtypes, from running the op on meta tensors."""
-
-    def meta(x: Any) -> Any:
-        if isinstance(x, TensorSpec):
-            return torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta")
-        if isinstance(x, tuple):
-            return [meta(v) for v in x]
-        return x
-
-    # a target device (to, _to_copy) would copy the meta tensor out: keep it on meta
-    kwargs = {k: ("meta" if k == "device" and v is not None else meta(v)) for k, v in op.kwargs}
-    out = op.op(*[meta(a) for a in op.args], **kwargs)
-    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return [t for t in pytree.tree_leaves(meta_call(op)) if isinstance(t, torch.Tensor)]
 
 
 def _verify_plain(func: Any, tensors: list, mesh: Any) -> None:

@@ -25,19 +25,21 @@ from dtensor.spec import DTensorSpec
 
 
 def run_outside(func: Any, args: tuple, kwargs: dict, dargs: tuple, dkwargs: tuple,
-                mesh: Any) -> Any:
-    """Note [ranks outside the mesh]: the op's outputs as empty pieces, nothing computed."""
+                mesh: Any, sources: tuple) -> Any:
+    """Note [ranks outside the mesh]: the op's outputs as empty pieces, nothing computed.
+    ``sources[j]`` is (position, name) of the argument output j writes and returns, or None."""
     from dtensor.tensor import DTensor
 
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
-    out = _meta_call(op)
+    out = meta_call(op)
     metas = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     if func in REGISTRY:
         placements = list(decide(op).chosen.outputs)
     else:
         placements = [(Replicate(),) * mesh.ndim] * len(metas)
     device = torch.device(mesh.device_type)
-    written = _written_args(func, args, kwargs)
+    written = {j: (args[src[0]] if src[0] < len(args) else kwargs.get(src[1]))
+               for j, src in enumerate(sources) if src is not None}
     made = iter(range(len(metas)))
 
     def wrap(t: Any) -> Any:
@@ -56,7 +58,9 @@ def run_outside(func: Any, args: tuple, kwargs: dict, dargs: tuple, dkwargs: tup
     return pytree.tree_map(wrap, out)
 
 
-def _meta_call(op: OpSpec) -> Any:
+def meta_call(op: OpSpec) -> Any:
+    """The op run on meta tensors of its global shapes: its outputs' metadata."""
+
     def meta(x: Any) -> Any:
         if isinstance(x, TensorSpec):
             return torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta")
@@ -66,17 +70,3 @@ def _meta_call(op: OpSpec) -> Any:
 
     kwargs = {k: ("meta" if k == "device" and v is not None else meta(v)) for k, v in op.kwargs}
     return op.op(*[meta(a) for a in op.args], **kwargs)
-
-
-def _written_args(func: Any, args: tuple, kwargs: dict) -> dict[int, Any]:
-    """Output index -> the argument an in-place op returns (add_ returns self)."""
-    found: dict[int, Any] = {}
-    schema_args = func._schema.arguments
-    for j, r in enumerate(func._schema.returns):
-        if r.alias_info is None:
-            continue
-        for i, a in enumerate(schema_args):
-            if (a.alias_info is not None and a.alias_info.is_write
-                    and a.alias_info.before_set & r.alias_info.before_set):
-                found[j] = args[i] if i < len(args) else kwargs.get(a.name)
-    return found
