@@ -48,6 +48,14 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     on every mesh dim (broadcast first), or of its own copy when it is None.
 
     The result is a leaf that requires grad if ``tensor`` did.
+
+    >>> import torch, simpg
+    >>> from dtensor import init_device_mesh, Shard
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     return distribute_tensor(torch.arange(5.0), mesh, [Shard(0)]).to_local().tolist()
+    >>> simpg.run(body, 2)
+    [[0.0, 1.0, 2.0], [3.0, 4.0]]
     """
     device_mesh = resolve_mesh(device_mesh, "distribute_tensor")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
@@ -104,7 +112,16 @@ def _filled(fill: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
 
     factory.__name__ = fill.__name__
     factory.__doc__ = (f"Like ``torch.{fill.__name__}`` for a DTensor; each rank builds only "
-                       "its piece. Partial placements hold the value on every rank.")
+                       "its piece. Partial placements hold the value on every rank.\n\n"
+                       ">>> import simpg\n"
+                       f">>> from dtensor import init_device_mesh, Shard, {fill.__name__}\n"
+                       ">>> def body():\n"
+                       "...     mesh = init_device_mesh('cpu', (2,))\n"
+                       f"...     x = {fill.__name__}(3, 2, device_mesh=mesh, "
+                       "placements=[Shard(0)])\n"
+                       "...     return tuple(x.shape), tuple(x.to_local().shape)\n"
+                       ">>> simpg.run(body, 2)\n"
+                       "[((3, 2), (2, 2)), ((3, 2), (1, 2))]\n")
     return factory
 
 
@@ -116,7 +133,16 @@ empty = _filled(torch.empty)
 def full(size: Sequence[int], fill_value: float, *, device_mesh: DeviceMesh | None = None,
          placements: Sequence[Placement] | None = None, dtype: torch.dtype | None = None,
          requires_grad: bool = False) -> DTensor:
-    """Like ``torch.full`` for a DTensor; each rank builds only its piece."""
+    """Like ``torch.full`` for a DTensor; each rank builds only its piece.
+
+    >>> import simpg
+    >>> from dtensor import init_device_mesh, Shard
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     return full((3,), 7.0, device_mesh=mesh, placements=[Shard(0)]).to_local().tolist()
+    >>> simpg.run(body, 2)
+    [[7.0, 7.0], [7.0]]
+    """
     device_mesh = resolve_mesh(device_mesh, "full")
     device = torch.device(device_mesh.device_type)
     return _factory(lambda s: torch.full(s, fill_value, dtype=dtype, device=device),
@@ -137,7 +163,18 @@ def _random(draw: Callable[..., torch.Tensor]) -> Callable[..., DTensor]:
 
     factory.__name__ = draw.__name__
     factory.__doc__ = (f"Like ``torch.{draw.__name__}`` for a DTensor: for the same seed, the "
-                       "pieces form exactly the single-device tensor (Note [sharded RNG]).")
+                       "pieces form exactly the single-device tensor (Note [sharded RNG]).\n\n"
+                       ">>> import torch, simpg\n"
+                       f">>> from dtensor import init_device_mesh, Shard, {draw.__name__}\n"
+                       ">>> def body():\n"
+                       "...     mesh, g = init_device_mesh('cpu', (2,)), "
+                       "torch.Generator().manual_seed(0)\n"
+                       f"...     x = {draw.__name__}(5, device_mesh=mesh, placements=[Shard(0)], "
+                       "generator=g)\n"
+                       f"...     return x.full_tensor().equal(torch.{draw.__name__}(5, "
+                       "generator=g.manual_seed(0)))\n"
+                       ">>> simpg.run(body, 2)\n"
+                       "[True, True]\n")
     return factory
 
 

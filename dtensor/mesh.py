@@ -32,11 +32,24 @@ DEVICE_TYPES = ("cpu", "cuda")
 
 
 class MeshError(ValueError):
-    """A mesh that cannot be built or a mesh dim / rank that is not on the mesh."""
+    """A mesh that cannot be built or a mesh dim / rank that is not on the mesh.
+
+    >>> MeshSpec((2, 0))
+    Traceback (most recent call last):
+    ...
+    dtensor.mesh.MeshError: mesh shape (2, 0): expected a non-empty tuple of ints >= 1
+    """
 
 
 class MeshDimError(MeshError, KeyError):
-    """A mesh dim name the mesh lacks: a ``KeyError`` too, as ``mesh["nope"]`` is in torch."""
+    """A mesh dim name the mesh lacks: a ``KeyError`` too, as ``mesh["nope"]`` is in torch.
+
+    >>> try:
+    ...     MeshSpec((2,), ("dp",)).dim_index("tp")
+    ... except KeyError as e:
+    ...     print(type(e).__name__, e)
+    MeshDimError mesh dim 'tp' is not on mesh(dp=2): expected one of ['dp']
+    """
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
@@ -79,7 +92,17 @@ def _restore_mesh(device_type: str, ranks: list, names: tuple[str, ...] | None) 
 
 
 def current_mesh() -> DeviceMesh | None:
-    """The innermost mesh entered with ``with mesh:`` on this rank, or None."""
+    """The innermost mesh entered with ``with mesh:`` on this rank, or None.
+
+    >>> import simpg
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     with mesh:
+    ...         inside = current_mesh() is mesh
+    ...     return inside, current_mesh()
+    >>> simpg.run(body, 2)
+    [(True, None), (True, None)]
+    """
     stack = _current.get()
     return stack[-1] if stack else None
 

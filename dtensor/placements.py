@@ -31,7 +31,14 @@ def mixes_partial_families(placements: Sequence[object]) -> bool:
 
 
 class PlacementError(ValueError):
-    """A placement, or a list of placements, that cannot describe the tensor on the mesh."""
+    """A placement, or a list of placements, that cannot describe the tensor on the mesh.
+
+    >>> try:
+    ...     normalize_placements([Shard(2)], ndim=1, mesh_ndim=1)
+    ... except PlacementError as e:
+    ...     print(e)
+    Shard(2) is out of range for a 1-d tensor: expected a dim in [-1, 0]
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,13 @@ class DTensor(torch.Tensor):
     Its shape, stride and dtype are the global tensor's; ``to_local()`` is this rank's piece
     (``torch.chunk`` semantics along sharded dims, so pieces may be uneven or empty).
 
-    >>> # inside a rank (simpg.run or torchrun):
-    >>> # mesh = init_device_mesh("cpu", (4,))
-    >>> # x = distribute_tensor(torch.ones(6, 2), mesh, [Shard(0)])
-    >>> # x.shape == (6, 2); x.to_local().shape == (2, 2) on ranks 0-2, (0, 2) on rank 3
+    >>> import torch, simpg
+    >>> from dtensor import init_device_mesh, distribute_tensor, Shard
+    >>> def body():
+    ...     x = distribute_tensor(torch.ones(6, 2), init_device_mesh("cpu", (4,)), [Shard(0)])
+    ...     return tuple(x.shape), tuple(x.to_local().shape)
+    >>> simpg.run(body, 4)
+    [((6, 2), (2, 2)), ((6, 2), (2, 2)), ((6, 2), (2, 2)), ((6, 2), (0, 2))]
     """
 
     _local_tensor: torch.Tensor
