@@ -31,8 +31,18 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
     ``src_data_rank`` (None: each rank keeps its own values, no broadcast).
     Returns ``module``, changed in place.
 
-    >>> # parallelize_module(model, mesh["tp"], {"w1": ColwiseParallel(),
-    >>> #                                        "w2": RowwiseParallel()})
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import ColwiseParallel, RowwiseParallel
+    >>> def body():
+    ...     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+    ...     plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+    ...     parallelize_module(model, init_device_mesh("cpu", (2,)), plan)
+    ...     y = model(torch.ones(1, 4))
+    ...     return [str(p.placements[0]) for p in model.parameters()], tuple(y.shape)
+    >>> simpg.run(body, 2)[0]
+    (['S(0)', 'S(0)', 'S(1)', 'R'], (1, 4))
     """
     if device_mesh is None:
         raise ParallelStyleError("parallelize_module needs a device_mesh (the tensor-parallel "
@@ -88,7 +98,14 @@ def distribute_module(module: nn.Module, device_mesh: DeviceMesh,
     rest, and every buffer, are replicated); ``input_fn(module, inputs, mesh)`` and
     ``output_fn(module, outputs, mesh)`` become forward hooks. Applies once per module.
 
-    >>> # distribute_module(model, mesh, lambda name, m, mesh: None)  # replicate everything
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> def body():  # no partition_fn: every parameter replicated
+    ...     m = distribute_module(nn.Linear(4, 2), init_device_mesh("cpu", (2,)))
+    ...     return [p.placements for p in m.parameters()]
+    >>> simpg.run(body, 2)[0]
+    [(Replicate(),), (Replicate(),)]
     """
     if getattr(module, "_dtensor_distributed", False):
         raise ParallelStyleError(f"distribute_module was already applied to "

@@ -74,8 +74,18 @@ def loss_parallel() -> Iterator[None]:
     [loss_parallel backward outside the block]). Logits whose class dim is not sharded, or
     that are Partial, raise ``LossParallelError``.
 
-    >>> # with loss_parallel():
-    >>> #     loss = F.cross_entropy(logits, target)   # logits: [Shard(1)] over (N, V)
+    >>> import torch, torch.nn.functional as F, simpg
+    >>> from dtensor import init_device_mesh, distribute_tensor
+    >>> logits, target = torch.arange(12.0).reshape(2, 6) / 4, torch.tensor([0, 5])
+    >>> round(F.cross_entropy(logits, target).item(), 4)
+    1.8812
+    >>> def body():
+    ...     x = distribute_tensor(logits, init_device_mesh("cpu", (2,)), [Shard(1)])
+    ...     with loss_parallel():
+    ...         loss = F.cross_entropy(x, target)
+    ...     return loss.placements, round(loss.full_tensor().item(), 4)
+    >>> simpg.run(body, 2)[0]
+    ((Partial(reduce_op='sum'),), 1.8812)
     """
     token = _active.set(True)
     try:

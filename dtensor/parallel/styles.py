@@ -154,7 +154,17 @@ class ColwiseParallel(ParallelStyle):
     Replicate), moved to Replicate; output: sharded on the last dim, moved to
     ``output_layouts`` (default ``Shard(-1)``), returned local if ``use_local_output``.
 
-    >>> # parallelize_module(nn.Linear(16, 32), mesh["tp"], ColwiseParallel())
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     m = parallelize_module(nn.Linear(4, 6), mesh, ColwiseParallel())
+    ...     y = m(torch.ones(1, 4))  # this rank's 3 of the 6 output features
+    ...     return m.weight.placements, tuple(m.weight.to_local().shape), tuple(y.shape)
+    >>> simpg.run(body, 2)[0]
+    ((Shard(dim=0),), (3, 4), (1, 3))
     """
 
     def __init__(self, *, input_layouts: Placement | None = None,
@@ -188,7 +198,17 @@ class RowwiseParallel(ParallelStyle):
     ``output_layouts`` (default Replicate; ``Shard(1)`` is a reduce-scatter for sequence
     parallelism), returned local if ``use_local_output``.
 
-    >>> # parallelize_module(nn.Linear(32, 16), mesh["tp"], RowwiseParallel())
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     m = parallelize_module(nn.Linear(4, 6), mesh, RowwiseParallel())
+    ...     x = torch.ones(1, 2)  # this rank's 2 of the 4 input features
+    ...     return m.weight.placements, m.bias.placements, tuple(m(x).shape)
+    >>> simpg.run(body, 2)[0]
+    ((Shard(dim=1),), (Replicate(),), (1, 6))
     """
 
     def __init__(self, *, input_layouts: Placement | None = None,
@@ -220,7 +240,17 @@ class SequenceParallel(ParallelStyle):
     chunk of the sequence: parameters replicated, input moved to ``Shard(sequence_dim)``
     (a plain input is taken to be that shard), output left sharded.
 
-    >>> # parallelize_module(nn.RMSNorm(64), mesh["tp"], SequenceParallel())
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     m = parallelize_module(nn.LayerNorm(4), mesh, SequenceParallel())
+    ...     y = m(torch.ones(1, 3, 4))  # this rank's 3 positions of the sequence
+    ...     return m.weight.placements, y.placements, tuple(y.shape)
+    >>> simpg.run(body, 2)[0]
+    ((Replicate(),), (Shard(dim=1),), (1, 6, 4))
     """
 
     def __init__(self, *, sequence_dim: int = 1, use_local_output: bool = False) -> None:
@@ -264,8 +294,17 @@ class PrepareModuleInput(ParallelStyle):
     keyword by the ``*_kwarg_layouts`` dicts) before its forward. A None layout leaves that
     input alone; plain tensors are taken to be in the stated layout.
 
-    >>> # PrepareModuleInput(input_layouts=(Shard(1), None),
-    >>> #                    desired_input_layouts=(Replicate(), None))
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> def body():
+    ...     style = PrepareModuleInput(input_layouts=Shard(0), desired_input_layouts=Replicate())
+    ...     m = parallelize_module(nn.Identity(), init_device_mesh("cpu", (2,)), style)
+    ...     y = m(torch.ones(2, 3))  # this rank's 2 rows: gathered to all 4
+    ...     return y.placements, tuple(y.to_local().shape)
+    >>> simpg.run(body, 2)[0]
+    ((Replicate(),), (4, 3))
     """
 
     def __init__(self, *, input_layouts: Layout | Sequence[Layout] = None,
@@ -321,7 +360,16 @@ class PrepareModuleOutput(ParallelStyle):
     """Move a module's outputs from ``output_layouts`` to ``desired_output_layouts`` after its
     forward (returned local if ``use_local_output``).
 
-    >>> # PrepareModuleOutput(output_layouts=Shard(1), desired_output_layouts=Replicate())
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> def body():
+    ...     style = PrepareModuleOutput(output_layouts=Shard(0), desired_output_layouts=Replicate())
+    ...     m = parallelize_module(nn.Identity(), init_device_mesh("cpu", (2,)), style)
+    ...     return tuple(m(torch.ones(2, 3)).shape)  # each rank's 2 rows, gathered
+    >>> simpg.run(body, 2)
+    [(4, 3), (4, 3)]
     """
 
     def __init__(self, *, output_layouts: Layout | Sequence[Layout],
@@ -357,7 +405,21 @@ class PrepareModuleOutput(ParallelStyle):
 
 
 class PrepareModuleInputOutput(ParallelStyle):
-    """``PrepareModuleInput`` and ``PrepareModuleOutput`` on one module."""
+    """``PrepareModuleInput`` and ``PrepareModuleOutput`` on one module.
+
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> def body():
+    ...     style = PrepareModuleInputOutput(
+    ...         input_layouts=Shard(0), desired_input_layouts=Replicate(),
+    ...         output_layouts=Replicate(), desired_output_layouts=Shard(1))
+    ...     m = parallelize_module(nn.Identity(), init_device_mesh("cpu", (2,)), style)
+    ...     return tuple(m(torch.ones(2, 4)).shape)  # rows gathered, then columns split
+    >>> simpg.run(body, 2)
+    [(4, 2), (4, 2)]
+    """
 
     def __init__(self, *, input_layouts: Layout | Sequence[Layout] = None,
                  desired_input_layouts: Layout | Sequence[Layout] = None,
