@@ -77,7 +77,22 @@ def register_decomposition(op: Any, fn: Decomposition) -> None:
 @contextlib.contextmanager
 def fallback_policy(policy: str) -> Iterator[None]:
     """Within the block (on this rank), ops without a sharding rule ``policy``: "warn"
-    (default: gather inputs to Replicate, warn once per op), "silent", or "error"."""
+    (default: gather inputs to Replicate, warn once per op), "silent", or "error".
+
+    >>> import torch, simpg
+    >>> from dtensor import init_device_mesh, distribute_tensor, Shard
+    >>> def body():  # median has no sharding rule
+    ...     x = distribute_tensor(torch.arange(5.0), init_device_mesh("cpu", (2,)), [Shard(0)])
+    ...     with fallback_policy("silent"):
+    ...         m = torch.median(x)  # gathered, no warning
+    ...     with fallback_policy("error"):
+    ...         try:
+    ...             torch.median(x)
+    ...         except NoShardingRuleError as e:
+    ...             return m.placements, m.to_local().item(), str(e)
+    >>> simpg.run(body, 2)[0]
+    ((Replicate(),), 2.0, "aten.median.default has no sharding rule (fallback policy 'error'); ...")
+    """
     if policy not in _POLICIES:
         raise ValueError(f"fallback policy {policy!r}: expected one of {_POLICIES}")
     token = _policy.set(policy)

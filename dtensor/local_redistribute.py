@@ -38,7 +38,14 @@ class StepError(ValueError):
 def redistribute_locals(locals_by_coordinate: Mapping[Coord, torch.Tensor],
                         steps: Sequence[Step], mesh_shape: Sequence[int],
                         global_shape: Sequence[int]) -> Locals:
-    """Apply ``steps`` to all ranks' local tensors; returns the new local tensors."""
+    """Apply ``steps`` to all ranks' local tensors; returns the new local tensors.
+
+    >>> from dtensor.planner import plan
+    >>> locals_ = {(0,): torch.tensor([0, 1]), (1,): torch.tensor([2])}
+    >>> steps = plan([Shard(0)], [Replicate()], (2,), (3,))
+    >>> redistribute_locals(locals_, steps, (2,), (3,))
+    {(0,): tensor([0, 1, 2]), (1,): tensor([0, 1, 2])}
+    """
     mesh_shape, global_shape = tuple(mesh_shape), tuple(global_shape)
     cur = dict(locals_by_coordinate)
     for i, step in enumerate(steps):
@@ -309,7 +316,13 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def unshard(locals_by_coordinate: Mapping[Coord, torch.Tensor], mesh_shape: Sequence[int],
             placements: Sequence[Placement], global_shape: Sequence[int]) -> torch.Tensor:
     """The global tensor that ranks' locals describe; raises if replicas disagree or an
-    element is held by no rank."""
+    element is held by no rank.
+
+    >>> unshard({(0,): torch.tensor([1, 2]), (1,): torch.tensor([3])}, (2,), [Shard(0)], (3,))
+    tensor([1, 2, 3])
+    >>> unshard({(0,): torch.tensor([1, 2]), (1,): torch.tensor([3, 4])}, (2,), [Partial()], (2,))
+    tensor([4, 6])
+    """
     mesh_shape, placements, shape = tuple(mesh_shape), tuple(placements), tuple(global_shape)
     partial_dims = [m for m, p in enumerate(placements) if isinstance(p, Partial)]
     some = next(iter(locals_by_coordinate.values()))

@@ -135,14 +135,24 @@ def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[
 
 def step_bytes(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[int],
                itemsize: int = 4) -> int:
-    """Total bytes received over all ranks in ``step`` (Note [Cost model])."""
+    """Total bytes received over all ranks in ``step`` (Note [Cost model]).
+
+    >>> step = Step("all_gather", (0,), (Shard(0),), (Replicate(),))
+    >>> step_bytes(step, (4,), (8,))  # each of 4 ranks receives 6 float32s
+    96
+    """
     return sum(v for _, v in _step_received(step, tuple(mesh_shape), tuple(global_shape),
                                             itemsize))
 
 
 def plan_bytes(steps: Sequence[Step], mesh_shape: Sequence[int], global_shape: Sequence[int],
                itemsize: int = 4) -> int:
-    """Total bytes received over all ranks and all steps of a plan."""
+    """Total bytes received over all ranks and all steps of a plan.
+
+    >>> steps = plan([Shard(0), Shard(1)], [Replicate(), Replicate()], (2, 2), (4, 4))
+    >>> plan_bytes(steps, (2, 2), (4, 4))  # each of 4 ranks receives 12 float32s
+    192
+    """
     return sum(step_bytes(s, mesh_shape, global_shape, itemsize) for s in steps)
 
 

@@ -83,6 +83,15 @@ def redistribute_local_tensor(local, mesh, src_placements, dst_placements,  # no
     With ``async_op=True`` it returns a ``comm.Handle``: the last collective is left in
     flight, and ``wait()`` finishes it and gives the tensor (earlier steps feed the next one,
     so they finish at once).
+
+    >>> import torch, torch.distributed as dist, simpg
+    >>> from dtensor import init_device_mesh, Shard, Replicate
+    >>> def body():  # an all_gather of the pieces [0, 1] and [2]
+    ...     local = torch.arange(3.0).chunk(2)[dist.get_rank()]
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     return redistribute_local_tensor(local, mesh, [Shard(0)], [Replicate()], (3,))
+    >>> simpg.run(body, 2)
+    [tensor([0., 1., 2.]), tensor([0., 1., 2.])]
     """
     global_shape = tuple(int(n) for n in global_shape)
     coord = mesh.get_coordinate()

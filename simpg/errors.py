@@ -4,7 +4,14 @@ from __future__ import annotations
 
 
 class SimpgError(RuntimeError):
-    """Base of simpg's diagnostics; a ``RuntimeError`` like the errors of real backends."""
+    """Base of simpg's diagnostics; a ``RuntimeError`` like the errors of real backends.
+
+    >>> import simpg
+    >>> [issubclass(e, SimpgError) for e in (simpg.DeadlockError, simpg.RankFailedError)]
+    [True, True]
+    >>> issubclass(SimpgError, RuntimeError)
+    True
+    """
 
     def copy(self) -> SimpgError:
         """A fresh instance with the same message, to raise on another rank's thread."""
@@ -15,15 +22,57 @@ class SimpgError(RuntimeError):
 
 class CollectiveMismatchError(SimpgError):
     """Ranks of one group issued collectives that do not match (op, shapes, dtype, reduce op,
-    root or group); every involved rank raises it, and the message shows each rank's call."""
+    root or group); every involved rank raises it, and the message shows each rank's call.
+
+    >>> import torch, torch.distributed as dist, simpg
+    >>> def body():  # rank 0 calls barrier, rank 1 all_reduce
+    ...     dist.barrier() if dist.get_rank() == 0 else dist.all_reduce(torch.ones(2))
+    >>> try:
+    ...     simpg.run(body, 2)
+    ... except CollectiveMismatchError as e:
+    ...     print(e)
+    collective #1 on group world does not match across ranks: ranks issued different collectives
+      rank 0: barrier() on group world at ...
+      rank 1: all_reduce(shapes=[(2,)], dtype=torch.float32, op=sum) on group world at ...
+    """
 
 
 class DeadlockError(SimpgError):
     """No rank can make progress (or one rank ran past the timeout while others waited);
-    the message shows where every rank is."""
+    the message shows where every rank is.
+
+    >>> import torch, torch.distributed as dist, simpg
+    >>> def body():  # rank 0 returns, rank 1 waits for it in all_reduce
+    ...     return dist.all_reduce(torch.ones(2)) if dist.get_rank() == 1 else None
+    >>> try:
+    ...     simpg.run(body, 2)
+    ... except DeadlockError as e:
+    ...     print(e)
+    deadlock: no rank can make progress
+      rank 0: finished (left the world)
+      rank 1: waiting in all_reduce(shapes=[(2,)], dtype=torch.float32, op=sum) on group world ...
+    """
 
 
 class RankFailedError(SimpgError):
-    """Raised on the ranks still waiting in collectives after another rank failed."""
+    """Raised on the ranks still waiting in collectives after another rank failed.
+
+    ``simpg.run`` raises the first failure itself; ``failed_rank`` names its rank.
+
+    >>> import torch.distributed as dist, simpg
+    >>> seen = []
+    >>> def body():
+    ...     if dist.get_rank() == 1:
+    ...         raise ValueError("boom")
+    ...     try:
+    ...         dist.barrier()
+    ...     except RankFailedError as e:
+    ...         seen.append(e.failed_rank)
+    >>> try:
+    ...     simpg.run(body, 2)
+    ... except ValueError as e:
+    ...     print(e, seen)
+    boom [1]
+    """
 
     failed_rank: int | None = None

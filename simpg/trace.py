@@ -91,7 +91,17 @@ class Trace:
 
 
 def trace() -> Trace:
-    """Record the collectives issued inside a ``with`` block; see :class:`Trace`."""
+    """Record the collectives issued inside a ``with`` block; see :class:`Trace`.
+
+    >>> import torch, torch.distributed as dist, simpg
+    >>> def body():
+    ...     with simpg.trace() as t:  # inside a rank: the collectives it takes part in
+    ...         dist.all_reduce(torch.ones(2))
+    ...         dist.broadcast(torch.ones(2), src=0)
+    ...     return [r.op for r in t.records]
+    >>> simpg.run(body, 2)
+    [['all_reduce', 'broadcast'], ['all_reduce', 'broadcast']]
+    """
     return Trace()
 
 
