@@ -1,8 +1,17 @@
 """``parallelize_module`` (apply a plan of styles by module path) and ``distribute_module``.
 
->>> # plan = {"layers.*.attention.wq": ColwiseParallel(), "layers.*.attention.wo":
->>> #         RowwiseParallel(), "norm": SequenceParallel()}
->>> # parallelize_module(model, mesh["tp"], plan)
+>>> import simpg
+>>> from torch import nn
+>>> from dtensor import init_device_mesh
+>>> from dtensor.parallel import ColwiseParallel, RowwiseParallel
+>>> def body():
+...     model = nn.ModuleDict({"layers": nn.ModuleList(
+...         nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4)) for _ in range(2))})
+...     plan = {"layers.*.0": ColwiseParallel(), "layers.*.1": RowwiseParallel()}
+...     parallelize_module(model, init_device_mesh("cpu", (2,)), plan)
+...     return [str(m.weight.placements[0]) for m in model.modules() if isinstance(m, nn.Linear)]
+>>> simpg.run(body, 2)[0]
+['S(0)', 'S(1)', 'S(0)', 'S(1)']
 """
 
 from __future__ import annotations

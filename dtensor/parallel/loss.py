@@ -28,10 +28,17 @@ need the same communication), so ``_log_softmax_backward_data`` decomposes whene
 output is sharded on ``dim``, in the block or not: the output records it. Every other call of
 both ops dispatches as before.
 
->>> # inside a rank (simpg.run or torchrun), logits: DTensor (B*S, V) with [Shard(1)]
->>> # with loss_parallel():
->>> #     loss = F.cross_entropy(logits, target, label_smoothing=0.1)
->>> # loss.backward()   # logits.grad: [Shard(1)]
+>>> import torch, torch.nn.functional as F, simpg
+>>> from dtensor import init_device_mesh, distribute_tensor
+>>> def body():
+...     logits = distribute_tensor(torch.randn(3, 8), init_device_mesh("cpu", (2,)), [Shard(1)])
+...     with loss_parallel():
+...         loss = F.cross_entropy(logits.requires_grad_(), torch.tensor([0, 5, 7]),
+...                                label_smoothing=0.1)
+...     loss.backward()  # after the block: Note [loss_parallel backward outside the block]
+...     return logits.grad.placements
+>>> simpg.run(body, 2)
+[(Shard(dim=1),), (Shard(dim=1),)]
 """
 
 from __future__ import annotations
