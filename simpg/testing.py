@@ -54,6 +54,7 @@ __all__ = [
     "DTensorTestBase",
     "skip_if_lt_x_gpu",
     "skip_unless_torch_gpu",
+    "torch_meshes_per_rank",
     "with_comms",
 ]
 
@@ -168,6 +169,10 @@ def _torch_meshes_per_rank() -> Iterator[None]:
         yield
     finally:
         DeviceMesh.__init__ = original  # type: ignore[method-assign]
+
+
+# public: benchmarks comparing with torch's DTensor on simpg need it too
+torch_meshes_per_rank = _torch_meshes_per_rank
 
 
 def _reset_torch_rng_tracker() -> None:
