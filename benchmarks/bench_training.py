@@ -308,7 +308,10 @@ def run_side(lib: str, args: argparse.Namespace, config: str) -> Side:
 
     shape = (args.dp_size, args.tp_size) if config == FULL else (1, args.tp_size)
     side = Side(lib, config, shape)
-    with _attention(lib, args), _torch_loss_parallel(lib):
+    from simpg.testing import torch_meshes_per_rank
+
+    # each rank's torch mesh its own identity (Note [torch meshes per rank] in simpg.testing)
+    with _attention(lib, args), _torch_loss_parallel(lib), torch_meshes_per_rank():
         side.ranks = simpg.run(rank_body, math.prod(shape), lib, args, config, True,
                                timeout=600)
     return side
