@@ -148,7 +148,46 @@ def _kind(module: nn.Module, style: object) -> str:
 
 
 # -- column- and row-wise --------------------------------------------------------------------
-class ColwiseParallel(ParallelStyle):
+class _WeightSharding(ParallelStyle):
+    """What ColwiseParallel and RowwiseParallel share: shard the weight (by module kind),
+    move a Linear's input to the layout its local product needs, move the output to
+    ``output_layouts``. Subclasses are data: the class attributes below."""
+
+    weight: dict[str, Placement]  # module kind -> the weight's placement
+    bias: Placement
+    needed_input: Placement  # what a Linear's input must be for the local product
+    default_input: Placement
+    default_output: Placement
+
+    def __init__(self, *, input_layouts: Placement | None = None,
+                 output_layouts: Placement | None = None, use_local_output: bool = True) -> None:
+        self.input_layouts = input_layouts or self.default_input
+        self.output_layouts = output_layouts or self.default_output
+        self.use_local_output = use_local_output
+
+    def _input_size(self, module: nn.Module) -> int | None:
+        """The global size of the input's sharded dim, when the module knows it."""
+        return None
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        check_tp_mesh(self, device_mesh)
+        kind = _kind(module, self)
+        distribute_parameter(module, "weight", device_mesh, [self.weight[kind]],
+                             self.src_data_rank)
+        distribute_parameter(module, "bias", device_mesh, [self.bias], self.src_data_rank)
+        what = f"{type(self).__name__}({type(module).__name__})"
+        if kind == "linear":  # an embedding looks up integer ids: they stay plain
+            size = self._input_size(module)
+            module.register_forward_pre_hook(lambda _m, inputs: (to_layout(
+                inputs[0], device_mesh, self.input_layouts, self.needed_input,
+                what=f"{what} input", global_size=size),) + tuple(inputs[1:]))
+        module.register_forward_hook(lambda _m, _inputs, out: finish(to_layout(
+            out, device_mesh, self.output_layouts, self.output_layouts,
+            what=f"{what} output"), self.use_local_output))
+        return module
+
+
+class ColwiseParallel(_WeightSharding):
     """Shard a Linear's output features (weight ``Shard(0)``, bias ``Shard(0)``) or an
     Embedding's embedding dim (weight ``Shard(1)``). Input: ``input_layouts`` (default
     Replicate), moved to Replicate; output: sharded on the last dim, moved to
@@ -167,31 +206,14 @@ class ColwiseParallel(ParallelStyle):
     ((Shard(dim=0),), (3, 4), (1, 3))
     """
 
-    def __init__(self, *, input_layouts: Placement | None = None,
-                 output_layouts: Placement | None = None, use_local_output: bool = True) -> None:
-        self.input_layouts = input_layouts or Replicate()
-        self.output_layouts = output_layouts or Shard(-1)
-        self.use_local_output = use_local_output
 
-    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        check_tp_mesh(self, device_mesh)
-        kind = _kind(module, self)
-        weight = Shard(0) if kind == "linear" else Shard(1)
-        distribute_parameter(module, "weight", device_mesh, [weight], self.src_data_rank)
-        distribute_parameter(module, "bias", device_mesh, [Shard(0)], self.src_data_rank)
-        # an embedding looks up integer ids: they stay plain, any layout is a Replicate one
-        name = type(module).__name__
-        if kind == "linear":
-            module.register_forward_pre_hook(lambda _m, inputs: (to_layout(
-                inputs[0], device_mesh, self.input_layouts, Replicate(),
-                what=f"ColwiseParallel({name}) input"),) + tuple(inputs[1:]))
-        module.register_forward_hook(lambda _m, _inputs, out: finish(to_layout(
-            out, device_mesh, self.output_layouts, self.output_layouts,
-            what=f"ColwiseParallel({name}) output"), self.use_local_output))
-        return module
+    weight = {"linear": Shard(0), "embedding": Shard(1)}
+    bias = Shard(0)
+    needed_input = default_input = Replicate()
+    default_output = Shard(-1)
 
 
-class RowwiseParallel(ParallelStyle):
+class RowwiseParallel(_WeightSharding):
     """Shard a Linear's input features (weight ``Shard(1)``, bias Replicate) or an
     Embedding's rows (the vocabulary, weight ``Shard(0)``). Input: ``input_layouts`` (default
     ``Shard(-1)``; Replicate ids for an embedding); output: the partial sums reduced to
@@ -211,28 +233,14 @@ class RowwiseParallel(ParallelStyle):
     ((Shard(dim=1),), (Replicate(),), (1, 6))
     """
 
-    def __init__(self, *, input_layouts: Placement | None = None,
-                 output_layouts: Placement | None = None, use_local_output: bool = True) -> None:
-        self.input_layouts = input_layouts or Shard(-1)
-        self.output_layouts = output_layouts or Replicate()
-        self.use_local_output = use_local_output
 
-    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        check_tp_mesh(self, device_mesh)
-        kind = _kind(module, self)
-        weight = Shard(1) if kind == "linear" else Shard(0)
-        distribute_parameter(module, "weight", device_mesh, [weight], self.src_data_rank)
-        distribute_parameter(module, "bias", device_mesh, [Replicate()], self.src_data_rank)
-        name = type(module).__name__
-        if kind == "linear":
-            module.register_forward_pre_hook(lambda _m, inputs: (to_layout(
-                inputs[0], device_mesh, self.input_layouts, Shard(-1),
-                what=f"RowwiseParallel({name}) input", global_size=module.in_features),)
-                + tuple(inputs[1:]))
-        module.register_forward_hook(lambda _m, _inputs, out: finish(to_layout(
-            out, device_mesh, self.output_layouts, self.output_layouts,
-            what=f"RowwiseParallel({name}) output"), self.use_local_output))
-        return module
+    weight = {"linear": Shard(1), "embedding": Shard(0)}
+    bias = Replicate()
+    needed_input = default_input = Shard(-1)
+    default_output = Replicate()
+
+    def _input_size(self, module: nn.Module) -> int | None:
+        return module.in_features  # Note [uneven local inputs]
 
 
 class SequenceParallel(ParallelStyle):
