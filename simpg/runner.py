@@ -99,6 +99,13 @@ def run(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    outer = rank_context.get()
+    if outer is not None:
+        # this rank holds its world's baton: the inner world's ranks could never run, and
+        # the outer world would wait for this rank for ever
+        raise SimpgError(f"simpg.run called inside rank {outer[1]} of a running simpg world: "
+                         f"worlds do not nest; run the inner program from outside the world "
+                         f"(or call its function directly on this rank)")
     with _CPU:  # Note [one rank runs at a time]: other worlds' ranks may be running
         caller_rng = torch.get_rng_state()
     world = new_world(world_size, timeout=timeout, schedule_seed=schedule_seed,

@@ -231,3 +231,16 @@ def test_fault_injection_stall_is_reported_as_deadlock():
 def test_fault_arguments_are_checked():
     with pytest.raises(ValueError, match="rank must be in"):
         simpg.run(lambda: None, 2, faults=[simpg.StallAt(rank=5, call=1)])
+
+
+def test_a_nested_run_is_refused_at_once():
+    def inner() -> int:
+        return dist.get_rank()
+
+    def body() -> None:
+        simpg.run(inner, 2)
+
+    start = time.monotonic()
+    with pytest.raises(simpg.SimpgError, match="called inside rank 0 of a running simpg world"):
+        simpg.run(body, 2, timeout=5)
+    assert time.monotonic() - start < 5
