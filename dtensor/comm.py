@@ -8,10 +8,12 @@ passes every group rank's shape, which it knows from ``dtensor.layout``. With
 Note [Backend capabilities]
 Backends differ in what they implement, not in what they mean: gloo (torch 2.13) rejects
 list-form all_gather and all_to_all whose tensors differ in size, though it has
-all_to_all_single with uneven splits. ``CAPABILITIES`` says, per backend name, which native
-ops to use; the rest get a correct fallback built from ops every backend has. This is about
-what a backend implements; it never asks whether the group is simulated (simpg declares its
-capabilities like any other backend). An unknown backend gets the portable fallbacks.
+all_to_all_single with uneven splits. A group that describes itself (a
+``collective_capabilities`` dict with the fields of ``Capabilities``, as simpg's groups
+carry) is taken at its word; for the c10d backends, which do not, ``CAPABILITIES`` says per
+backend name which native ops to use. The rest get a correct fallback built from ops every
+backend has. This is about what a backend implements; dtensor names no simulator. An unknown
+backend gets the portable fallbacks.
 
 >>> import torch, simpg
 >>> simpg.run(lambda: all_reduce(torch.ones(2), dist.group.WORLD, "max").tolist(), 2)
@@ -54,7 +56,6 @@ _FULL = Capabilities(True, True, True, True)
 PORTABLE = Capabilities(False, False, False, False)
 CAPABILITIES: dict[str, Capabilities] = {
     "nccl": _FULL,  # uneven list forms run as grouped broadcasts / point-to-point
-    "simpg": _FULL,
     # Checked on torch 2.13: uneven list all_gather / all_to_all raise "invalid tensor size";
     # reduce_scatter (uneven too) and AVG work.
     "gloo": Capabilities(uneven_all_gather=False, uneven_all_to_all=False,
@@ -62,9 +63,19 @@ CAPABILITIES: dict[str, Capabilities] = {
 }
 
 
+_DECLARED: dict[type, Capabilities] = {}  # per group class that describes itself
+
+
 def capabilities(group: dist.ProcessGroup) -> Capabilities:
-    """The capabilities of ``group``'s backend; unknown backends get ``PORTABLE``."""
-    return CAPABILITIES.get(str(dist.get_backend(group)).lower(), PORTABLE)
+    """What ``group`` declares (``collective_capabilities``), else its backend's entry in
+    ``CAPABILITIES``; unknown backends get ``PORTABLE``."""
+    declared = getattr(group, "collective_capabilities", None)
+    if declared is None:
+        return CAPABILITIES.get(str(dist.get_backend(group)).lower(), PORTABLE)
+    caps = _DECLARED.get(type(group))
+    if caps is None:
+        caps = _DECLARED[type(group)] = Capabilities(**declared)
+    return caps
 
 
 class Handle(Generic[T]):

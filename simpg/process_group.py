@@ -86,6 +86,11 @@ def _summary(name: str, /, **fields: Any) -> Callable[[], str]:
 class SimProcessGroup(dist.ProcessGroup):
     """One rank's view of one simpg group; created by the ``"simpg"`` backend."""
 
+    # What this backend runs natively, for libraries that ask a group (dtensor.comm reads it):
+    # every list form with uneven tensors, reduce_scatter, and ReduceOp.AVG
+    collective_capabilities = {"uneven_all_gather": True, "uneven_all_to_all": True,
+                               "reduce_scatter": True, "avg": True}
+
     def __init__(self, world: World, group: GroupInfo, group_rank: int, is_default: bool) -> None:
         super().__init__(group_rank, group.size)
         self._world, self._group, self._group_rank = world, group, group_rank
