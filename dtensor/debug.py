@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from dtensor.debug_comm import CommDebugMode  # noqa: F401  (torch: tensor.debug.CommDebugMode)
 from dtensor.ops.propagate import Decision, format_candidate
 
 log = logging.getLogger("dtensor")
@@ -131,5 +132,3 @@ def implicit_communication(mode: str) -> Iterator[None]:
     finally:
         _implicit.reset(token)
 
-
-from dtensor.debug_comm import CommDebugMode  # noqa: F401  (torch: tensor.debug.CommDebugMode)

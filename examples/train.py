@@ -17,6 +17,7 @@ and a Perfetto trace.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 import dtensor
+import simpg
 from dtensor import DTensor
 from dtensor.parallel import (fully_shard, loss_parallel, parallelize_module, replicate,
                               state_bytes)
@@ -165,7 +167,8 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
         inputs, targets = batch(args, step, model.config.vocab_size)
         rows = slice(dp_rank * args.batch // dp_size, (dp_rank + 1) * args.batch // dp_size)
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
-        with _traced(trace_steps, records):
+        # simulated: the collectives this rank takes part in
+        with simpg.trace() if trace_steps else contextlib.nullcontext() as trace:
             with loss_parallel():
                 loss = llama.loss_fn(model(inputs), targets)
                 loss.backward()
@@ -175,6 +178,8 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
             if step == args.steps - 1:  # measured with gradients and optimizer state alive
                 state = state_bytes(list(model.parameters()), opt)
             opt.zero_grad()
+        if trace is not None:
+            records.extend(trace.records)
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
         local_losses.append(value.detach().reshape(1))
     seconds = time.perf_counter() - start
@@ -199,25 +204,6 @@ def _fmt(p: torch.Tensor) -> str:
     return "plain"
 
 
-class _traced:
-    """Inside a simulated rank: record the collectives this rank takes part in."""
-
-    def __init__(self, on: bool, sink: list) -> None:
-        self.on, self.sink, self.trace = on, sink, None
-
-    def __enter__(self) -> None:
-        if self.on:
-            import simpg
-
-            self.trace = simpg.trace()
-            self.trace.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.trace is not None:
-            self.trace.__exit__(*exc)
-            self.sink.extend(self.trace.records)
-
-
 def _progress(steps: range, args: argparse.Namespace) -> Any:
     if args.quiet or len(steps) < 20 or (dist.is_initialized() and dist.get_rank() != 0):
         return steps
@@ -230,8 +216,6 @@ def _progress(steps: range, args: argparse.Namespace) -> Any:
 
 # -- entry points ----------------------------------------------------------------------------
 def run_simulated(args: argparse.Namespace) -> list[RankResult]:
-    import simpg
-
     world = args.dp_size * args.tp_size
     return simpg.run(train_rank, world, args, True, timeout=600)
 

@@ -3,23 +3,13 @@ simulated mesh for 2 steps both match one device, and every row of the table is 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "bench_training.py"
+from bench_loader import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_training", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_training")
 
 
 def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys):

@@ -25,10 +25,11 @@ def _r(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     return torch.randn(shape, generator=_gen, dtype=dtype)
 
 
-def _qkv(b: int, h: int, l: int, s: int, e: int = 4, kv_heads: int | None = None,
+def _qkv(b: int, h: int, q_len: int, s: int, e: int = 4, kv_heads: int | None = None,
          dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, ...]:
     g = kv_heads or h
-    return _r(b, h, l, e, dtype=dtype), _r(b, g, s, e, dtype=dtype), _r(b, g, s, e, dtype=dtype)
+    return (_r(b, h, q_len, e, dtype=dtype), _r(b, g, s, e, dtype=dtype),
+            _r(b, g, s, e, dtype=dtype))
 
 
 # name, (query, key, value), is_causal, kwargs
