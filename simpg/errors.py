@@ -76,3 +76,29 @@ class RankFailedError(SimpgError):
     """
 
     failed_rank: int | None = None
+
+
+class UnwaitedWorkError(SimpgError):
+    """Strict mode (``simpg.run(..., strict_async=True)``): a rank issued a collective with
+    ``async_op=True`` and never called ``wait()`` on its work; the message names each such
+    call and its call site. Outside strict mode simpg warns with ``UnwaitedWorkWarning``.
+
+    >>> import torch, torch.distributed as dist, simpg
+    >>> def body():
+    ...     dist.all_reduce(torch.ones(1), async_op=True)  # no wait()
+    >>> try:
+    ...     simpg.run(body, 2, strict_async=True)
+    ... except UnwaitedWorkError as e:
+    ...     print(str(e).splitlines()[0])
+    2 collective(s) issued with async_op=True were never waited: without wait() a real backend may still be writing the tensors when they are read
+    """
+
+
+class UnwaitedWorkWarning(UserWarning):
+    """A world ended with work issued with ``async_op=True`` that no one waited for."""
+
+
+class RankAbandoned(BaseException):
+    """Raised asynchronously in a rank's thread after its world gave up on it (it ran past
+    the timeout, or kept running after the world failed); see Note [abandoning a stuck rank].
+    A ``BaseException``, so that ``except Exception`` in user code does not swallow it."""

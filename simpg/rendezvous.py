@@ -76,6 +76,8 @@ class Work(dist.Work):
         super().__init__()
         self._world, self._call, self._slot = world, call, slot
         self.is_collective = isinstance(slot, Slot)
+        self._unwaited = world.rendezvous.unwaited  # type: ignore[attr-defined]
+        self._unwaited[id(self)] = self  # Note [un-waited work]
 
     def ready(self) -> bool:
         return self._slot.done
@@ -89,6 +91,7 @@ class Work(dist.Work):
         return self._call.describe()
 
     def wait(self, timeout: Any = None) -> bool:
+        self._unwaited.pop(id(self), None)
         if not self._slot.done:
             self._world.wait_until(self)
         self._world.check_failed()  # a mismatch completes the slot without data
@@ -158,12 +161,39 @@ class Rendezvous:
         self._posted: dict[tuple[str, int], list[PendingRecv]] = {}
         self._group_ranks: dict[str, tuple[int, ...]] = {}
         self.completed = 0
+        self.unwaited: dict[int, Work] = {}  # id -> work not waited yet
+
+    def unwaited_works(self) -> list[str]:
+        """Each work issued and never waited, as 'rank r: call at file:line'."""
+        works = sorted(self.unwaited.values(), key=lambda w: w._call.issued_s)
+        return [f"rank {w._call.group.ranks[w._call.group_rank]}: {w._call.describe()}"
+                for w in works]
+
+    def never_completed(self) -> list[str]:
+        """Collectives, messages and receives left pending when the world ended."""
+        out = []
+        for slot in self._slots.values():
+            missing = [slot.group.ranks[i] for i, c in enumerate(slot.calls) if c is None]
+            for i, c in enumerate(slot.calls):
+                if c is not None:
+                    out.append(f"rank {slot.group.ranks[i]}: {c.describe()} (ranks {missing} "
+                               "of the group never issued it)")
+        for (_, dst), msgs in self._inbox.items():
+            for m in msgs:
+                out.append(f"rank {m.call.group.ranks[m.src]}: {m.call.describe()} was never "
+                           f"received by group rank {dst}")
+        for recvs in self._posted.values():
+            for r in recvs:
+                out.append(f"rank {r.call.group.ranks[r.call.group_rank]}: "
+                           f"{r.call.describe()} never got a message")
+        return out
 
     def clear(self) -> None:
         """Forget pending collectives and messages (at the end of a subtest)."""
         self._slots.clear()
         self._inbox.clear()
         self._posted.clear()
+        self.unwaited.clear()
 
     def register_group(self, group: GroupInfo) -> None:
         known = self._group_ranks.setdefault(group.name, group.ranks)

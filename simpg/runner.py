@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import os
-import queue
 import sys
 import threading
 import time
@@ -16,42 +15,27 @@ import torch.distributed as dist
 
 from simpg.backend import new_world, rank_context
 from simpg.c10d_state import RankC10dState, current_state
-from simpg.errors import SimpgError
+from simpg.errors import RankAbandoned, SimpgError
 from simpg.faults import Fault, check_faults
+from simpg.stuck import clear_interrupt
+from simpg.unwaited import check_unwaited
 from simpg.trace import active_sinks
 from simpg.world import _CPU, World
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 60.0
-_EXIT_GRACE_S = 5.0  # after a failure: how long to wait for ranks still running user code
+_EXIT_GRACE_S = 5.0  # after a failure: how long (at most the timeout) to wait for ranks
 
 
-class _ThreadPool:
-    """Rank threads kept for reuse: starting a thread costs more than a whole collective."""
-
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def submit(self, task: Callable[[], None]) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                self._tasks.put(task)
-                return
-        threading.Thread(target=self._work, args=(task,), name="simpg-rank", daemon=True).start()
-
-    def _work(self, task: Callable[[], None]) -> None:
-        while True:
-            task()
-            with self._lock:
-                self._idle += 1
-            task = self._tasks.get()
+# Note [a fresh thread per rank]: each rank of each world runs on a new OS thread, as each
+# rank of a real job is a new process. torch keeps caches per thread (DTensor's C++
+# sharding-propagation cache, the c10d group registry in thread-isolation mode) whose keys do
+# not name the rank: a pooled thread that served rank 1 of one world and then rank 0 of the
+# next would hand rank 0 rank 1's answers. Starting a thread costs about as much as a few
+# collectives; an empty cache is worth it.
 
 
-_pool = _ThreadPool()
 _ALL_CPUS = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
 try:
     _sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
@@ -79,6 +63,7 @@ def run(
     schedule_seed: int | None = None,
     faults: Sequence[Fault] = (),
     pin_threads: bool = True,
+    strict_async: bool = False,
     **kwargs: Any,
 ) -> list[T]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` simulated ranks; return their results.
@@ -88,6 +73,11 @@ def run(
     If a rank raises, the ranks waiting on it are released and ``run`` re-raises the
     original exception with a note naming its rank. ``schedule_seed`` draws the order in
     which ranks run (switching at every collective) so that an interleaving replays.
+    ``timeout``: seconds a rank may run without reaching a collective; past it the world
+    ends with a ``DeadlockError`` showing each rank's position, and the stuck rank is
+    abandoned (Note [abandoning a stuck rank]). Work issued with ``async_op=True`` and never
+    waited gives an ``UnwaitedWorkWarning``, or with ``strict_async`` an
+    ``UnwaitedWorkError``.
 
     >>> import torch, torch.distributed as dist, simpg
     >>> def body():
@@ -112,34 +102,43 @@ def run(
                       members_ready=True, rng_state=caller_rng)
     world.faults = check_faults(tuple(faults), world_size)
     world.on_complete.extend(active_sinks())
+    world.interrupt_stuck = True
     caller_hook = sys.excepthook  # init_process_group wraps it once per rank
     cpus = _rank_cpus(pin_threads)
     store = dist.HashStore()
     results: list[Any] = [None] * world_size
-    finished = threading.Semaphore(0)
+    finished = [False] * world_size
+    changed = threading.Condition()
 
     def rank_main(rank: int) -> None:
         try:
-            if cpus is not None:
-                os.sched_setaffinity(0, cpus)
-            rank_context.set((world, rank))
-            current_state.set(RankC10dState())
-            # a reused thread may hold group names a failed rank never unregistered
-            torch._C._distributed_c10d._unregister_all_process_groups()
-            _run_rank(world, rank, store, fn, args, kwargs, results)
-        finally:
-            finished.release()
+            try:
+                if cpus is not None:
+                    os.sched_setaffinity(0, cpus)
+                rank_context.set((world, rank))
+                current_state.set(RankC10dState())
+                _run_rank(world, rank, store, fn, args, kwargs, results)
+            finally:
+                with changed:
+                    finished[rank] = True
+                    changed.notify_all()
+                clear_interrupt()
+        except RankAbandoned:
+            pass  # run() has reported this rank already
 
-    for rank in range(world_size):
-        _pool.submit(lambda r=rank: contextvars.Context().run(rank_main, r))
+    for rank in range(world_size):  # Note [a fresh thread per rank]
+        ctx = contextvars.Context()
+        threading.Thread(target=ctx.run, args=(rank_main, rank), name=f"simpg-rank-{rank}",
+                         daemon=True).start()
     try:
-        _wait_all(world, finished)
+        _wait_all(world, finished, changed)
     finally:
         with _CPU:
             torch.set_rng_state(caller_rng)
         sys.excepthook = caller_hook
     if world.failure is not None:
         _raise_failure(world)
+    check_unwaited(world.rendezvous, strict_async)  # type: ignore[arg-type]
     return results
 
 
@@ -165,22 +164,31 @@ def _run_rank(world: World, rank: int, store: dist.Store, fn: Callable[..., Any]
             world.leave()
 
 
-def _wait_all(world: World, finished: threading.Semaphore) -> None:
-    remaining = world.size
+def _wait_all(world: World, finished: list[bool], changed: threading.Condition) -> None:
+    """Wait for every rank, except those abandoned; after a failure, give the others a grace
+    period to unwind, then abandon them too (Note [abandoning a stuck rank])."""
+    grace = min(_EXIT_GRACE_S, world.timeout)
     failed_at: float | None = None
-    while remaining:
-        if finished.acquire(timeout=0.5):
-            remaining -= 1
-            continue
-        if world.failure is None:
-            continue
-        failed_at = failed_at or time.monotonic()
-        if time.monotonic() - failed_at > _EXIT_GRACE_S:
-            world.failure.add_note(
-                f"[simpg] {remaining} rank thread(s) were still running user code "
-                f"{_EXIT_GRACE_S:g}s after the failure and were left behind"
-            )
-            return
+    with changed:
+        while True:
+            waiting = [r for r in range(world.size)
+                       if not finished[r] and r not in world.abandoned]
+            if not waiting:
+                break
+            if world.failure is not None:
+                failed_at = failed_at or time.monotonic()
+                if time.monotonic() - failed_at > grace:
+                    for r in waiting:
+                        world.abandon(r)
+                    world.failure.add_note(
+                        f"[simpg] rank(s) {waiting} were still running user code {grace:g}s "
+                        "after the failure; they were interrupted and left behind")
+                    break
+            changed.wait(timeout=0.05)  # the watchdog abandons ranks without notifying
+    if world.abandoned and world.failure is not None and not any(
+            "left behind" in n for n in getattr(world.failure, "__notes__", ())):
+        world.failure.add_note(f"[simpg] rank(s) {sorted(world.abandoned)} did not return; "
+                               "they were interrupted and left behind")
 
 
 def _raise_failure(world: World) -> None:

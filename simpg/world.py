@@ -10,20 +10,18 @@ message not yet sent), when it finishes, or, in seeded mode, at each collective.
   worlds running at once in one process (pytest-xdist, threads);
 - determinism: the order is round-robin, or drawn from ``schedule_seed``;
 - exact deadlock detection: when no rank can run and some still wait, that is a deadlock,
-  reported at once with every rank's position. A timeout covers the one case it cannot see:
-  a rank that runs forever (or blocks outside simpg) while others wait.
+  reported at once with every rank's position. A timeout covers what it cannot see: a rank
+  that runs for longer than the timeout without reaching a collective (a loop, a sleep, a
+  wait outside simpg), whether or not others wait; see Note [abandoning a stuck rank].
 """
 
 from __future__ import annotations
 
 import enum
-import gc
 import os
 import random
-import sys
 import threading
 import time
-import traceback
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -31,8 +29,9 @@ from typing import Any, Callable, Protocol
 import torch
 
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
+from simpg.stuck import Cpu, interrupt, user_position
 
-_CPU = threading.Lock()  # held by the one simulated rank running in this process
+_CPU = Cpu()  # held by the one simulated rank running in this process
 _WATCH_S = 0.05  # how often the watchdog looks at the worlds
 
 
@@ -125,6 +124,10 @@ class World:
         self.on_complete: list[Callable[[object], None]] = []  # trace sinks, see simpg.trace
         self.rendezvous: object = None  # set by simpg.rendezvous.Rendezvous
         self.faults: dict[int, list] = {}
+        # set by simpg.run, whose threads are its own to interrupt (Note [abandoning a stuck
+        # rank]); threads you start yourself are only reported
+        self.interrupt_stuck = False
+        self.abandoned: set[int] = set()
         self._local = threading.local()
         # subtests (see simpg.subtests): a failure aborts the current subtest, not the world
         self.subtests_active = False
@@ -220,6 +223,7 @@ class World:
             me.status = Status.READY
             self._hand_to(nxt)
         self._switch(me, nxt)
+        self.check_failed()  # woken by a failure: unwind before touching the rendezvous
 
     def check_failed(self, subtest: bool = True) -> None:
         """Raise on the calling rank if the world has failed (or, with ``subtest``, if the
@@ -236,6 +240,7 @@ class World:
         """Count a collective issued by the calling rank; returns its 1-based index."""
         me = self._ranks[self.current_rank()]
         me.calls += 1
+        self._since = time.monotonic()  # reaching a collective is progress (the timeout)
         return me.calls
 
     # -- failure ----------------------------------------------------------------------------------
@@ -334,7 +339,7 @@ class World:
             self._take_cpu(me)
 
     def _take_cpu(self, me: RankSlot) -> None:
-        _CPU.acquire()
+        _CPU.acquire(me)
         me.has_cpu = True
         self._since = time.monotonic()
         torch.set_rng_state(me.rng_state)
@@ -343,7 +348,7 @@ class World:
         if me.has_cpu:
             me.rng_state = torch.get_rng_state()
             me.has_cpu = False
-            _CPU.release()
+            _CPU.release(me)
 
     # -- subtest gates -----------------------------------------------------------------------
     def end_subtest(self) -> tuple[BaseException, int | None] | None:
@@ -373,37 +378,54 @@ class World:
 
     # -- watchdog and reports ----------------------------------------------------------------
     def watchdog_tick(self) -> None:
-        """Called by the watchdog thread: time out a rank that runs forever while others
-        wait, and hand the baton on from a thread that ended without leaving."""
+        """Called by the watchdog thread: time out a rank that runs past the timeout without
+        reaching a collective (others waiting or not), and hand the baton on from a thread
+        that ended without leaving."""
         with self._lock:
             if self.failure is not None:
                 return
-            if not any(r.status is Status.BLOCKED for r in self._ranks):
-                return
-            idle = time.monotonic() - self._since
             holder = self._ranks[self._holder] if self._holder is not None else None
+            if holder is None and not any(r.status is Status.BLOCKED for r in self._ranks):
+                return  # nobody runs and nobody waits: not started, or over
             if holder is not None and holder.thread is not None and not holder.thread.is_alive():
                 holder.status = Status.DONE  # its thread ended without leaving the world
                 nxt = self._pass_baton(holder)
                 if nxt is not None:
                     nxt.wake.set()
                 return
-            if idle > self.timeout:
-                what = (
-                    f"rank {holder.index} ran for {idle:.1f}s without reaching a collective"
-                    if holder is not None
-                    else f"no rank ran for {idle:.1f}s"
-                )
-                error = self._deadlock_error(f"timeout ({self.timeout:g}s): {what}")
-                self._fail_locked(error, None)
+            idle = time.monotonic() - self._since
+            if idle <= self.timeout:
+                return
+            what = (f"rank {holder.index} ran for {idle:.1f}s without reaching a collective"
+                    if holder is not None else f"no rank ran for {idle:.1f}s")
+            error = self._deadlock_error(f"timeout ({self.timeout:g}s): {what}")
+            self.subtests_active = False  # a stuck rank ends the world, not only a subtest
+            self._fail_locked(error, None)
+            if holder is not None:
+                self.abandon(holder.index)
+
+    def abandon(self, rank: int) -> None:
+        """Give up on a rank that will not return: take back the CPU it holds and, if its
+        thread is simpg's, interrupt it (Note [abandoning a stuck rank])."""
+        slot = self._ranks[rank]
+        self.abandoned.add(rank)
+        if slot.has_cpu:
+            slot.has_cpu = False
+            _CPU.revoke(slot)
+        if self.interrupt_stuck and slot.thread is not None:
+            interrupt(slot.thread)
 
     def _describe(self, r: RankSlot) -> str:
         if r.status is Status.BLOCKED and r.waiting_for is not None:
             return f"rank {r.index}: waiting in {r.waiting_for.describe()}"
-        if r.status is Status.RUNNING and r.thread is not None:
-            return f"rank {r.index}: running at {_thread_position(r.thread)}"
         if r.status is Status.DONE:
             return f"rank {r.index}: finished (left the world)"
+        where = user_position(r.thread) if r.thread is not None else None
+        if r.status is Status.RUNNING:
+            return f"rank {r.index}: running at {where or '<no user code on its stack>'}"
+        if r.status is Status.READY:
+            return (f"rank {r.index}: ready to run, at {where}" if where
+                    else f"rank {r.index}: ready to run (has not started its function)")
         return f"rank {r.index}: {r.status.value}"
 
     def _deadlock_error(self, reason: str | None = None) -> SimpgError:
@@ -418,31 +440,6 @@ class World:
             return CollectiveMismatchError(head + "\n  " + "\n  ".join(lines))
         head = reason or "deadlock: no rank can make progress"
         return DeadlockError(head + "\n  " + "\n  ".join(lines))
-
-
-def _current_frames() -> dict[int, Any]:
-    """``sys._current_frames()`` with the garbage collector held off: on CPython 3.11 a
-    collection that starts while it holds the interpreter's thread-list lock can free an
-    object whose destructor takes that lock again, and the process hangs for good (CPython
-    gh-106883, fixed from 3.12 by the same measure). The watchdog calls this while the
-    ranks' threads run, so it hit the test suite now and then."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return sys._current_frames()
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _thread_position(thread: threading.Thread) -> str:
-    frame = _current_frames().get(thread.ident or -1)
-    if frame is None:
-        return "<unknown>"
-    stack = traceback.extract_stack(frame)
-    user = [f for f in stack if "/simpg/" not in f.filename and "/torch/" not in f.filename]
-    f = (user or stack)[-1]
-    return f"{f.filename}:{f.lineno} in {f.name}"
 
 
 class _Gate:
