@@ -35,10 +35,10 @@ from dtensor.debug_comm import quiet as _quiet_comm_log
 
 T = TypeVar("T")
 U = TypeVar("U")
-ReduceOpName = Literal["sum", "avg", "max", "min"]
+ReduceOpName = Literal["sum", "avg", "max", "min", "product"]
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
-               "min": dist.ReduceOp.MIN}
+               "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class Capabilities:
 
 
 _FULL = Capabilities(True, True, True, True)
-# Only all_reduce (sum/max/min), all_gather_single and all_to_all_single with splits.
+# Only all_reduce (sum/max/min/product), all_gather_single and all_to_all_single with splits.
 PORTABLE = Capabilities(False, False, False, False)
 CAPABILITIES: dict[str, Capabilities] = {
     "nccl": _FULL,  # uneven list forms run as grouped broadcasts / point-to-point
@@ -221,6 +221,8 @@ def reduce_scatter(inputs, group, op="sum", *, async_op=False):  # noqa: E302
         if op in ("sum", "avg"):
             total = stacked.sum(0, dtype=stacked.dtype)
             return total / n if op == "avg" else total
+        if op == "product":
+            return stacked.prod(0, dtype=stacked.dtype)
         return stacked.amax(0) if op == "max" else stacked.amin(0)
 
     return _result(Handle([], finish), async_op)

@@ -159,11 +159,12 @@ def _local_partial(cur: Locals, step: Step, mesh: tuple[int, ...],
         new = torch.full(box_shape(target), _identity(p.reduce_op, t.dtype), dtype=t.dtype,
                          device=t.device)
         # Note [Replicate -> Partial]: the held values must reduce back to themselves. Sum
-        # keeps them on one holder (coordinate 0 of every R mesh dim); avg scales them by the
-        # number of S(d) splits so that the mean over the group is right; max/min keep all.
+        # and product keep them on one holder (coordinate 0 of every R mesh dim); avg scales
+        # them by the number of S(d) splits so that the mean over the group is right; max/min
+        # keep all.
         reps = [m for m in step.mesh_dims if isinstance(step.src[m], Replicate)]
         splits = math.prod(mesh[m] for m in step.mesh_dims if isinstance(step.src[m], Shard))
-        if p.reduce_op == "sum" and any(c[m] != 0 for m in reps):
+        if p.reduce_op in ("sum", "product") and any(c[m] != 0 for m in reps):
             out[c] = new
             continue
         value = t * splits if p.reduce_op == "avg" and splits > 1 else t
@@ -225,7 +226,16 @@ def _reduce(tensors: list[torch.Tensor], op: str, step: Step) -> torch.Tensor:
         return stacked.sum(0, dtype=stacked.dtype)
     if op == "avg":
         return _divide(stacked.sum(0, dtype=stacked.dtype), len(tensors), step)
+    if op == "product":
+        return _product(stacked)
     return stacked.amax(0) if op == "max" else stacked.amin(0)
+
+
+def _product(stacked: torch.Tensor) -> torch.Tensor:
+    """The product over dim 0 in the pieces' dtype (bool: all)."""
+    if stacked.dtype == torch.bool:
+        return stacked.all(0)
+    return stacked.prod(0, dtype=stacked.dtype)
 
 
 def _divide(t: torch.Tensor, n: int, step: Step) -> torch.Tensor:
@@ -248,6 +258,8 @@ def _crop(t: torch.Tensor, step: Step, mesh: tuple[int, ...], shape: tuple[int, 
 def _identity(op: str, dtype: torch.dtype) -> float | int | bool:
     if op in ("sum", "avg"):
         return 0
+    if op == "product":
+        return True if dtype == torch.bool else 1
     if dtype == torch.bool:
         return op == "min"
     if dtype.is_floating_point:
@@ -266,8 +278,8 @@ def shard_full(full: torch.Tensor, mesh_shape: Sequence[int], placements: Sequen
 
     Partial mesh dims split the value into pieces whose reduction is it: random integer
     addends (sum), values offset by integers that cancel (avg), the value on one rank and
-    values not above it elsewhere (max; min mirrored). Integer offsets keep integer-valued
-    data exact in every dtype whose integers it can hold.
+    values not above it elsewhere (max; min mirrored), factors of +-1 that cancel (product).
+    Integer offsets keep integer-valued data exact in every dtype whose integers it can hold.
 
     >>> shard_full(torch.arange(5), (4,), [Shard(0)])[(3,)].tolist()
     []
@@ -300,6 +312,11 @@ def _split(v: torch.Tensor, op: str, n: int, gen: torch.Generator) -> list[torch
         last = -sum(offsets, torch.zeros_like(v))
         return [v + d for d in offsets + [last]]
     keep = int(torch.randint(0, n, (), generator=gen))
+    if op == "product":  # random signs that cancel, where the dtype has them; else ones
+        if v.dtype == torch.bool or not (v.is_floating_point() or v.is_signed()):
+            return [v if i == keep else torch.ones_like(v) for i in range(n)]
+        signs = [noise(0, 2) * 2 - 1 for _ in range(n - 1)]
+        return signs + [v * math.prod(signs, start=torch.ones_like(v))]
     sign = -1 if op == "max" else 1
     return [v if i == keep else v + sign * noise(0, 4) for i in range(n)]
 
@@ -354,4 +371,6 @@ def unshard(locals_by_coordinate: Mapping[Coord, torch.Tensor], mesh_shape: Sequ
                           if placements[m] == Partial("avg"))
         return total if n_avg == 1 else _divide(total, n_avg, Step(
             "local_scale", tuple(partial_dims), placements, placements))
+    if ops == {"product"}:
+        return _product(torch.stack(pieces))
     return torch.stack(pieces).amax(0) if ops == {"max"} else torch.stack(pieces).amin(0)

@@ -15,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-REDUCE_OPS = ("sum", "avg", "max", "min")
+REDUCE_OPS = ("sum", "avg", "max", "min", "product")
+# torch spells the product "product" (c10d's ReduceOp.PRODUCT); "prod" is read as it too
+_ALIASES = {"prod": "product"}
 
 # Note [Mixing Partial ops]
 # A placement list with Partial on several mesh dims means "reduce over all of them". Sum and
 # avg are both linear, so they commute with each other; max and min commute only with
-# themselves. [P(sum), P(max)] would depend on which mesh dim is reduced first, so
-# normalize_placements rejects lists that mix ops from different families.
-_OP_FAMILY = {"sum": "linear", "avg": "linear", "max": "max", "min": "min"}
+# themselves, as product does. [P(sum), P(max)] would depend on which mesh dim is reduced
+# first, so normalize_placements rejects lists that mix ops from different families.
+_OP_FAMILY = {"sum": "linear", "avg": "linear", "max": "max", "min": "min", "product": "product"}
 
 
 def mixes_partial_families(placements: Sequence[object]) -> bool:
@@ -97,13 +99,15 @@ class Replicate:
 class Partial:
     """Every rank holds a full-size piece; reducing them with ``reduce_op`` gives the value.
 
-    >>> Partial("max")
-    Partial(reduce_op='max')
+    >>> Partial("max"), Partial("prod")
+    (Partial(reduce_op='max'), Partial(reduce_op='product'))
     """
 
     reduce_op: str = "sum"
 
     def __post_init__(self) -> None:
+        if self.reduce_op in _ALIASES:
+            object.__setattr__(self, "reduce_op", _ALIASES[self.reduce_op])
         if self.reduce_op not in REDUCE_OPS:
             raise PlacementError(
                 f"Partial(reduce_op={self.reduce_op!r}): expected one of {', '.join(REDUCE_OPS)}"
@@ -192,7 +196,7 @@ def normalize_placements(
         raise PlacementError(
             f"{fmt_placements(out)} mixes Partial ops from different families ({families}): the "
             f"value would depend on which mesh dim is reduced first; expected sum/avg only, or "
-            f"max only, or min only (see Note [Mixing Partial ops])"
+            f"max only, min only or product only (see Note [Mixing Partial ops])"
         )
     return tuple(out)
 

@@ -96,6 +96,22 @@ def test_negative_shard_dims_resolve_against_the_tensor():
     assert [r[0][-2] for r in res["ours"]] == ["1", "1"]  # S(1) / Shard(dim=1)
 
 
+def test_product_partials_reduce_and_scatter_as_torch_does():
+    def program(lib: Lib) -> tuple:
+        mesh = lib.init_device_mesh("cpu", (4,))
+        r = dist.get_rank()
+        d = lib.DTensor.from_local(torch.tensor([r + 1.0, 2.0, -1.0, 3.0, 0.5]), mesh,
+                                   [lib.Partial("product")])
+        return (d.full_tensor().tolist(), d.redistribute(mesh, [lib.Shard(0)]).to_local().tolist(),
+                d.redistribute(mesh, [lib.Replicate()]).to_local().tolist())
+
+    res = both(4, program)
+    assert res["ours"] == res["torch"]
+    # torch builds Partial("prod") but its reduction raises "Unrecognized reduce_op: prod";
+    # ours reads "prod" as "product" (docs/differences.md)
+    assert dtensor.Partial("prod") == dtensor.Partial("product")
+
+
 def test_mesh_is_a_context_manager_and_a_missing_dim_is_a_key_error():
     def program(lib: Lib) -> tuple:
         mesh = lib.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))

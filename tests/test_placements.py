@@ -46,7 +46,8 @@ def test_frozen_and_slotted(p):
 @pytest.mark.parametrize("make, message", [
     (lambda: Shard(1.0), r"Shard\(dim=1.0\): dim must be an int"),
     (lambda: Shard(True), r"dim must be an int"),
-    (lambda: Partial("prod"), r"Partial\(reduce_op='prod'\): expected one of sum, avg, max, min"),
+    (lambda: Partial("mul"),
+     r"Partial\(reduce_op='mul'\): expected one of sum, avg, max, min, product"),
 ], ids=["float", "bool", "unknown-op"])
 def test_bad_placements_say_what_was_expected(make, message):
     with pytest.raises(PlacementError, match=message):

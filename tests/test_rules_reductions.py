@@ -47,6 +47,10 @@ CASES = [
     (aten.prod.default, (U,), {}),
     (aten.prod.dim_int, (U, 0), {}),
     (aten.prod.dim_int, (T, -1, True), {}),
+    (aten.prod.dim_int, (E, 0), {}),  # an empty piece's prod is 1, the identity
+    (aten.prod.dim_int, (U.long(), 1), {}),
+    (aten.prod.default, (U.to(torch.int8),), {}),  # prod in int64: no P(product) through
+    (aten.prod.dim_int, (U, 0), {"dtype": torch.float64}),
     (aten.amax.default, (X, [1]), {}),
     (aten.amax.default, (U, [0]), {"keepdim": True}),
     (aten.amax.default, (T,), {}),
@@ -115,6 +119,12 @@ def test_partials_claimed_where_sound_and_only_there():
     # amax: P(max) unless a piece is empty (5 over 4: 2, 2, 1, 0)
     assert "Strategy(S(0)->P(max))" in _strategies(aten.amax.default, (U, [0]), {}, (3,))
     assert "Strategy(S(0)->P(max))" not in _strategies(aten.amax.default, (U, [0]), {}, (4,))
+    # prod over a sharded dim is P(product), and P(product) passes through when prod keeps
+    # the dtype (int8 is multiplied in int64, where the pieces' int8 product would wrap)
+    assert {"Strategy(S(0)->P(product))", "Strategy(P(product)->P(product))"} <= \
+        _strategies(aten.prod.dim_int, (U, 0), {}, (4,))
+    assert "Strategy(P(product)->P(product))" not in _strategies(
+        aten.prod.default, (U.to(torch.int8),), {}, (2,))
     # indices are local: no Shard of the reduced dim at all
     assert not any("S(1)->" in x for x in _strategies(aten.max.dim, (U, 1), {}, (2,)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
-from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.placements import REDUCE_OPS, Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
 
@@ -14,7 +14,7 @@ def _same(op: OpSpec) -> list[Strategy]:
     """Any placement in, the same out: the op keeps every element where it is."""
     t = op.tensors()[0]
     options = [Replicate()] + [Shard(d) for d in range(t.ndim)]
-    options += [Partial(k) for k in ("sum", "avg", "max", "min")]
+    options += [Partial(k) for k in REDUCE_OPS]
     return [Strategy((p,), (p,)) for p in options]
 
 
@@ -30,7 +30,7 @@ def like(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     options = [Replicate()] + [Shard(d) for d in range(t.ndim)]
     out = [Strategy((p,), (p,)) for p in options]
-    out += [Strategy((Partial(k),), (Replicate(),)) for k in ("sum", "avg", "max", "min")]
+    out += [Strategy((Partial(k),), (Replicate(),)) for k in REDUCE_OPS]
     return out
 
 

@@ -56,9 +56,10 @@ _TABLE: dict[object, Reduction] = {
     # mean of equal pieces is the average of their means; unequal pieces: no Partial says it
     aten.mean.default: Reduction(None, None, "avg", "even", through=_LINEAR),
     aten.mean.dim: _MEAN,
-    # prod(a1 ++ a2) = prod(a1) * prod(a2), but there is no P(prod): reduced dims need R
-    aten.prod.default: Reduction(None, None, None),
-    aten.prod.dim_int: Reduction(1, 2, None),
+    # prod(a1 ++ a2) = prod(a1) * prod(a2), and an empty piece's prod is 1 (the identity);
+    # prod(a * b) = prod(a) * prod(b), so P(product) passes through
+    aten.prod.default: Reduction(None, None, "product", through=("product",)),
+    aten.prod.dim_int: Reduction(1, 2, "product", through=("product",)),
     # amax(a1 ++ a2) = max(amax(a1), amax(a2)); amax(max(a, b)) = max(amax(a), amax(b))
     aten.amax.default: Reduction(1, 2, "max", "nonempty", through=("max",)),
     aten.amin.default: Reduction(1, 2, "min", "nonempty", through=("min",)),
@@ -153,8 +154,16 @@ def reduction_strategies(op: OpSpec, t: TensorSpec, reduced: frozenset[int], kee
         exact = not (t.dtype.is_floating_point or t.dtype.is_complex)
         # P(avg) of integers would round when divided
         out += [Strategy((Partial(k),), (Partial(k),) * outputs) for k in through
-                if not (k == "avg" and exact)]
+                if not (k == "avg" and exact) and (k != "product" or _same_dtype(op, t))]
     return out
+
+
+def _same_dtype(op: OpSpec, t: TensorSpec) -> bool:
+    """prod computes in the output dtype: a Partial(product) of int8 pieces wraps in int8, so
+    the product of per-rank prods (in int64) is not the prod of the value."""
+    out = op.kwarg("dtype") or (torch.int64 if not (t.dtype.is_floating_point
+                                                    or t.dtype.is_complex) else t.dtype)
+    return out == t.dtype
 
 
 def _rule(op: OpSpec) -> list[Strategy]:

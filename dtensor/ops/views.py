@@ -33,11 +33,11 @@ import torch
 
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
                                   sharding_rule)
-from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.placements import REDUCE_OPS, Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
 
-_PARTIALS = tuple(Partial(k) for k in ("sum", "avg", "max", "min"))
+_PARTIALS = tuple(Partial(k) for k in REDUCE_OPS)
 _INT_PARTIALS = tuple(p for p in _PARTIALS if p.reduce_op != "avg")  # an int mean would round
 
 
