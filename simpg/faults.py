@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from simpg.world import World
@@ -68,5 +69,9 @@ def apply_fault(world: World, op: str, site: str) -> None:
         if fault.call != k:
             continue
         if isinstance(fault, RaiseAt):
-            raise fault.error
+            error = copy.copy(fault.error)  # a fresh instance each run: notes do not pile up
+            error.__notes__ = list(getattr(fault.error, "__notes__", ()))
+            error.add_note(f"[simpg] fault injected at call #{k} of rank "
+                           f"{world.current_rank()}: {op} at {site}")
+            raise error
         world.wait_until(_Stalled(f"{op} at {site}: stalled by fault injection (call #{k})"))

@@ -97,6 +97,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._is_default = is_default
         self._seq = 0
         self._epoch = 0  # world.epoch when _seq was last reset (see simpg.subtests)
+        self._destroyed = False
 
     # -- identity --------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -130,6 +131,7 @@ class SimProcessGroup(dist.ProcessGroup):
         return f"SimProcessGroup({self._group.label}, rank={self._group_rank})"
 
     def shutdown(self) -> None:
+        self._destroyed = True  # torch lets a destroyed group be used; a real backend crashes
         if self._is_default:
             self._world.leave_if_member()
 
@@ -137,9 +139,16 @@ class SimProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     # -- the one way in --------------------------------------------------------------------------
+    def _check_alive(self, op: str) -> None:
+        if self._destroyed:
+            raise ValueError(
+                f"{op} on group {self._group.label}, which this rank destroyed with "
+                "destroy_process_group: expected a live group (create a new one with new_group)")
+
     def _issue(self, op: str, dtype: torch.dtype | None, signature: tuple,
                summary: Callable[[], str], payload: dict) -> Work:
         world = self._world
+        self._check_alive(op)
         world.check_failed()
         site = caller_site()
         world.preempt()
@@ -361,6 +370,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def _p2p_call(self, op: str, t: torch.Tensor, summary: Callable[[], str]) -> Call:
         world = self._world
+        self._check_alive(op)
         world.check_failed()
         site = caller_site()
         world.preempt()
