@@ -1,0 +1,142 @@
+"""``load``: fill a target state in place from a checkpoint, in the target's own layout.
+
+Each rank reads the metadata, works out the box each of its tensors holds in the target
+layout, and reads only the chunks that intersect it (Note [chunks]), checking each chunk's
+crc32. No collective: ranks read independently, so a load works on any world size, one
+process without a process group included. Keys the target does not ask for are not read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dtensor.checkpoint import commit, metadata
+from dtensor.checkpoint.errors import (CheckpointError, IncompleteCheckpointError,
+                                       MissingKeyError, StateMismatchError)
+from dtensor.checkpoint.pieces import overlaps, relative, view_of
+from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
+from dtensor.checkpoint.tree import decode, fill
+from dtensor.layout import box_intersect, box_numel
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What one rank read: bytes (metadata, headers, chunks), chunks, files opened."""
+
+    version: str
+    bytes_read: int
+    chunks_read: int
+    files_opened: int
+    seconds: float
+
+
+def read_metadata(directory: str) -> tuple[dict, int]:
+    """(the checked metadata body, its size in bytes) of a version directory."""
+    where = os.path.join(directory, metadata.NAME)
+    try:
+        with open(where, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise IncompleteCheckpointError(
+            f"{where}: missing: {directory} is a save that never finished (it publishes "
+            f"metadata.json last), not a checkpoint", file=where) from None
+    return metadata.validate_body(metadata.parse(raw, where), where), len(raw)
+
+
+def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> LoadReport:
+    """Fill ``state`` in place from the checkpoint at ``path``: tensors are copied into
+    (DTensors keep their placements: each rank reads the part its piece needs), value
+    entries replaced. Every key of ``state`` must be in the checkpoint with the same global
+    shape and dtype. ``process_group`` is accepted for symmetry with ``save``: a load needs
+    no communication.
+
+    >>> import tempfile, torch, dtensor.checkpoint as dcp
+    >>> d = tempfile.mkdtemp()
+    >>> _ = dcp.save({"w": torch.ones(2)}, f"{d}/ck")
+    >>> dcp.load({"w": torch.zeros(3)}, f"{d}/ck")
+    Traceback (most recent call last):
+    ...
+    dtensor.checkpoint.errors.StateMismatchError: .../metadata.json: tensor 'w' is float32 [2] in the checkpoint, but the target is float32 [3]
+    """
+    start = time.perf_counter()
+    directory = commit.resolve(os.fspath(path))
+    body, meta_bytes = read_metadata(directory)
+    reader = Reader(directory, {f: int(n) for f, n in body["files"].items()},
+                    bytes_read=meta_bytes)
+    where = os.path.join(directory, metadata.NAME)
+    counts = {"chunks": 0}
+
+    def load_tensor(key: str, target: torch.Tensor) -> None:
+        entry = body["tensors"].get(key)
+        if entry is None:
+            _missing(body, key, where, "a tensor")
+        counts["chunks"] += _fill_tensor(reader, key, entry, target, where)
+
+    def load_value(key: str, old: Any) -> Any:
+        if key in body["values"]:
+            return decode(body["values"][key])
+        _missing(body, key, where, f"the value {old!r:.40}")
+
+    try:
+        fill(state, load_tensor, load_value)
+    finally:
+        reader.close()
+    return LoadReport(directory, reader.bytes_read, counts["chunks"], len(reader.sizes),
+                      time.perf_counter() - start)
+
+
+def _missing(body: dict, key: str, where: str, what: str) -> None:
+    if key in body["tensors"]:
+        raise StateMismatchError(f"{where}: {key!r} is a tensor in the checkpoint, but the "
+                                 f"target holds {what}", file=where, key=key)
+    if key in body["values"]:
+        raise StateMismatchError(f"{where}: {key!r} is a value in the checkpoint, but the "
+                                 f"target holds {what}", file=where, key=key)
+    under = sorted(k for k in (*body["tensors"], *body["values"]) if k.startswith(key + "."))
+    if under:
+        raise StateMismatchError(
+            f"{where}: the target holds {what} at {key!r}, but the checkpoint has "
+            f"{len(under)} entries under it (e.g. {under[0]!r}): expected the same structure; "
+            f"for an optimizer, call dtensor.checkpoint.init_optimizer_state(opt) before "
+            f"opt.state_dict()", file=where, key=key)
+    raise MissingKeyError(f"{where}: no {key!r} in the checkpoint (the target holds {what}); "
+                          f"it has {len(body['tensors'])} tensors and {len(body['values'])} "
+                          f"values", file=where, key=key)
+
+
+def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,
+                 where: str) -> int:
+    """Copy the saved tensor's part that ``target``'s piece holds into it; chunks read."""
+    view, local = view_of(target, key)
+    shape, dtype = tuple(entry["shape"]), dtype_from_name(entry["dtype"])
+    if (shape, dtype) != (view.shape, view.dtype):
+        raise StateMismatchError(
+            f"{where}: tensor {key!r} is {entry['dtype']} {list(shape)} in the checkpoint, but "
+            f"the target is {dtype_name(view.dtype)} {list(view.shape)}", file=where, key=key)
+    if local is None:
+        return 0  # not on the target's mesh: holds nothing
+    with torch.no_grad():
+        if not view.holds_value():  # Note [loading into Partial]
+            local.zero_()
+            return 0
+        box = view.box()
+        pieces = [p for p in entry["pieces"]
+                  if overlaps(tuple(tuple(b) for b in p["box"]), box)]
+        covered = 0
+        for p in pieces:
+            cbox = tuple(tuple(b) for b in p["box"])
+            chunk = reader.read(p["file"], p["name"], key, dtype,
+                                tuple(b - a for a, b in cbox), int(p["crc32"]))
+            common = box_intersect(cbox, box)
+            local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
+            covered += box_numel(common)
+        if covered != box_numel(box):
+            raise CheckpointError(f"{where}: tensor {key!r}: the chunks cover {covered} of the "
+                                  f"{box_numel(box)} elements of box {list(box)}", file=where,
+                                  key=key)
+    return len(pieces)

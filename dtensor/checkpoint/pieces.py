@@ -1,0 +1,131 @@
+"""Planning of boxes, pure: which box of each tensor a rank holds, whether it is the one
+writer of that box, how a box is cut into checksummed chunks, and which chunks a reading
+rank needs. No I/O, no communication.
+
+>>> chunk_boxes(((0, 4), (0, 4)), itemsize=4, chunk_bytes=16)
+[((0, 2), (0, 2)), ((0, 2), (2, 4)), ((2, 4), (0, 2)), ((2, 4), (2, 4))]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dtensor.layout import Box, box_intersect, box_numel, local_box
+from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.tensor import DTensor
+from dtensor.checkpoint.errors import UnsupportedValueError
+
+# Note [chunks]
+# A writer cuts its box into chunks of at most CHUNK_BYTES, each stored as one safetensors
+# entry with its own crc32. A reader reads whole chunks (a checksum can only be checked over
+# the bytes it covers), so the chunk is the unit of read amplification: chunks are cut by
+# halving the longest side, roughly square, so a rank that needs a column range of a
+# row-sharded piece reads about that range, not every full row.
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """One rank's view of one tensor of the state."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    placements: tuple[Placement, ...]  # () for a plain tensor
+    mesh_shape: tuple[int, ...]  # () for a plain tensor
+    coordinate: tuple[int, ...] | None  # on the tensor's mesh; None: holds nothing
+    replica_zero: bool  # first of its replicas: coordinate 0 on every mesh dim not sharding it
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.mesh_shape)
+
+    def box(self) -> Box:
+        """The box of the global tensor this rank holds (the whole tensor if plain)."""
+        if not self.distributed:
+            return tuple((0, n) for n in self.shape)
+        assert self.coordinate is not None
+        return local_box(self.shape, self.mesh_shape, self.placements, self.coordinate)
+
+    def holds_value(self) -> bool:
+        """False where a loaded Partial(sum) piece must be zero (Note [loading into Partial])."""
+        assert self.coordinate is not None or not self.distributed
+        return all(not (isinstance(p, Partial) and p.reduce_op == "sum") or c == 0
+                   for p, c in zip(self.placements, self.coordinate or ()))
+
+
+# Note [loading into Partial]
+# A target placement Partial(op) is filled so that reducing it gives the saved value: for
+# sum, coordinate 0 of that mesh dim holds the value and the others zeros; for avg, max and
+# min every rank holds the value. Saving reduces Partial first (Note [saving Partial]).
+
+
+def view_of(t: torch.Tensor, key: str) -> tuple[TensorView, torch.Tensor | None]:
+    """(this rank's view, its local piece or None) of a plain tensor, our DTensor, or
+    torch.distributed.tensor's DTensor (read through its public attributes)."""
+    if isinstance(t, DTensor):
+        mesh = t.device_mesh
+        coord = mesh.get_coordinate()
+        root, root_dims = mesh.root_mesh()
+        root_coord = root.get_coordinate()
+        sharding = {root_dims[m] for m, p in enumerate(t.placements) if isinstance(p, Shard)}
+        first = root_coord is not None and all(
+            c == 0 for d, c in enumerate(root_coord) if d not in sharding)
+        view = TensorView(tuple(t.shape), t.dtype, tuple(t.placements), tuple(mesh.shape),
+                          None if coord is None else tuple(coord), first)
+        return view, (t._local_tensor if coord is not None else None)
+    if hasattr(t, "device_mesh") and hasattr(t, "placements") and hasattr(t, "_local_tensor"):
+        return _torch_view(t, key)
+    return TensorView(tuple(t.shape), t.dtype, (), (), (), True), t
+
+
+def _torch_view(t: Any, key: str) -> tuple[TensorView, torch.Tensor | None]:
+    """torch's DTensor: its placements as ours (same torch.chunk layout, mesh-dim order)."""
+    placements: list[Placement] = []
+    for p in t.placements:
+        if type(p).__name__ == "_StridedShard":
+            raise UnsupportedValueError(f"{key!r}: torch's _StridedShard placement "
+                                        f"{p} is not supported: expected Shard, Replicate or "
+                                        f"Partial", key=key)
+        if p.is_shard():
+            placements.append(Shard(p.dim))
+        elif p.is_partial():
+            placements.append(Partial(p.reduce_op))
+        else:
+            placements.append(Replicate())
+    coord = t.device_mesh.get_coordinate()
+    coord = None if coord is None else tuple(coord)
+    first = coord is not None and all(c == 0 for p, c in zip(placements, coord)
+                                      if not isinstance(p, Shard))
+    view = TensorView(tuple(t.shape), t.dtype, tuple(placements), tuple(t.device_mesh.shape),
+                      coord, first)
+    return view, (t._local_tensor if coord is not None else None)
+
+
+def chunk_shape(shape: tuple[int, ...], itemsize: int, chunk_bytes: int) -> tuple[int, ...]:
+    """Note [chunks]: halve the longest side until a chunk fits in ``chunk_bytes``."""
+    c = list(shape)
+    while c and math.prod(c) * itemsize > chunk_bytes and max(c) > 1:
+        i = c.index(max(c))
+        c[i] = -(-c[i] // 2)
+    return tuple(c)
+
+
+def chunk_boxes(box: Box, itemsize: int, chunk_bytes: int) -> list[Box]:
+    """The chunks of a non-empty ``box``, row-major."""
+    shape = chunk_shape(tuple(b - a for a, b in box), itemsize, chunk_bytes)
+    ranges = [[(s, min(s + c, b)) for s in range(a, b, c)] for (a, b), c in zip(box, shape)]
+    return [tuple(r) for r in itertools.product(*ranges)]
+
+
+def overlaps(a: Box, b: Box) -> bool:
+    return box_numel(box_intersect(a, b)) > 0
+
+
+def relative(inner: Box, outer: Box) -> tuple[slice, ...]:
+    """Slices of ``inner`` within a tensor holding ``outer``."""
+    return tuple(slice(i0 - o0, i1 - o0) for (i0, i1), (o0, _) in zip(inner, outer))

@@ -1,0 +1,188 @@
+"""``save``: every rank writes the pieces it is the one writer of, then rank 0 commits
+(Note [commit]).
+
+Note [saving Partial]
+A DTensor with Partial placements is reduced before it is written: ``redistribute`` to
+Replicate on those mesh dims (an all-reduce over each), so the file holds the value the
+tensor stands for and loading into any layout needs no knowledge of how it was split. It
+costs that collective at save time; the reduced copy is dropped once written.
+
+Note [one writer]
+Each box is written by exactly one rank: for a DTensor, the rank whose coordinate is 0 on
+every mesh dim of the root mesh that does not shard it (replicas, and copies held on sibling
+sub-meshes, are skipped); plain tensors, the same on every rank, go round-robin over the
+ranks in key order. Rank 0 checks that the boxes written tile every tensor exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from dtensor.checkpoint import commit, metadata
+from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
+from dtensor.checkpoint.hooks import reached
+from dtensor.checkpoint.pieces import CHUNK_BYTES, TensorView, chunk_boxes, relative, view_of
+from dtensor.checkpoint.storage import crc32, dtype_name, fsync_dir, write_file
+from dtensor.checkpoint.tree import flatten
+from dtensor.placements import Partial, Replicate, fmt_placements
+from dtensor.tensor import DTensor
+
+
+@dataclass(frozen=True)
+class SaveReport:
+    """What one rank did: the version directory published, this rank's bytes written."""
+
+    path: str
+    version: str
+    bytes_written: int
+    seconds: float
+
+
+class _Comm:
+    """The few collectives of a save; none in a world of one (no process group)."""
+
+    def __init__(self, group: Any) -> None:
+        self.on = dist.is_available() and dist.is_initialized()
+        self.group = group
+        self.rank = dist.get_rank(group) if self.on else 0
+        self.size = dist.get_world_size(group) if self.on else 1
+
+    def broadcast(self, obj: Any) -> Any:
+        if not self.on:
+            return obj
+        box = [obj]
+        src = 0 if self.group is None else dist.get_global_rank(self.group, 0)
+        dist.broadcast_object_list(box, src=src, group=self.group)
+        return box[0]
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        if not self.on:
+            return [obj]
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+
+def _attempt(fn: Callable[[], Any]) -> tuple[str, Any]:
+    """("ok", result) or ("error", message): a rank's failure is shared, so that every rank
+    raises instead of waiting on it. A BaseException (a crash, a kill) is not caught."""
+    try:
+        return "ok", fn()
+    except Exception as e:  # noqa: BLE001 - re-raised on every rank as SaveFailedError
+        return "error", f"{type(e).__name__}: {e}"
+
+
+def _outcome(results: list[tuple[str, Any]], what: str) -> list[Any]:
+    failed = [(r, msg) for r, (status, msg) in enumerate(results) if status != "ok"]
+    if failed:
+        detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+        raise SaveFailedError(f"save failed at {what} ({detail}); the previous checkpoint at "
+                              f"this path is intact")
+    return [value for _, value in results]
+
+
+def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
+         chunk_bytes: int = CHUNK_BYTES) -> SaveReport:
+    """Save ``state`` (nested dicts/lists of DTensors, tensors and JSON-like values) to
+    ``path``, called by every rank of ``process_group`` (default: the world; none needed in
+    one process). Publishes atomically (Note [commit]); returns this rank's report.
+
+    >>> import tempfile, torch, dtensor.checkpoint as dcp
+    >>> d = tempfile.mkdtemp()
+    >>> _ = dcp.save({"w": torch.arange(4.0), "step": 3}, f"{d}/ck")
+    >>> state = {"w": torch.zeros(4), "step": 0}
+    >>> _ = dcp.load(state, f"{d}/ck")
+    >>> state
+    {'w': tensor([0., 1., 2., 3.]), 'step': 3}
+    """
+    start = time.perf_counter()
+    path = os.path.abspath(os.fspath(path))
+    comm = _Comm(process_group)
+    tensors, values = flatten(state)
+    reached("begin")
+    made = _attempt(lambda: commit.new_version_dir(path)) if comm.rank == 0 else ("ok", "")
+    version = _outcome([comm.broadcast(made)], "making the version directory")[0]
+    reached("dir_made")
+    tensors = _reduce_partials(tensors)
+    reached("partials_reduced")
+    mine = _attempt(lambda: _write_rank(tensors, comm, version, chunk_bytes))
+    reached("file_written")
+    manifests = _outcome(comm.all_gather(mine), "writing the files")
+    manifests[0]["values"] = values
+    reached("gathered")
+    done = _attempt(lambda: _commit(path, version, manifests, comm.size)) \
+        if comm.rank == 0 else ("ok", None)
+    _outcome([comm.broadcast(done)], "committing")
+    reached("done")
+    return SaveReport(path, version, manifests[comm.rank]["bytes"],
+                      time.perf_counter() - start)
+
+
+def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Note [saving Partial]; in key order, the same on every rank."""
+    out = dict(tensors)
+    for key in sorted(tensors):
+        t = tensors[key]
+        if isinstance(t, DTensor) and any(isinstance(p, Partial) for p in t.placements) \
+                and t.device_mesh.get_coordinate() is not None:
+            with torch.no_grad():
+                out[key] = t.detach().redistribute(placements=[
+                    Replicate() if isinstance(p, Partial) else p for p in t.placements])
+    return out
+
+
+def _write_rank(tensors: dict[str, torch.Tensor], comm: _Comm, version: str,
+                chunk_bytes: int) -> dict:
+    """Write this rank's pieces (Note [one writer]) as one file; return its manifest."""
+    file = f"rank{comm.rank:05d}.safetensors"
+    plain = sorted(k for k, t in tensors.items() if not view_of(t, k)[0].distributed)
+    named: dict[str, torch.Tensor] = {}
+    entries: dict[str, dict] = {}
+    for key, t in tensors.items():
+        view, local = view_of(t, key)
+        if view.distributed and any(isinstance(p, Partial) for p in view.placements):
+            raise CheckpointError(f"{key!r}: torch's DTensor with Partial placements "
+                                  f"{view.placements}: reduce it before saving", key=key)
+        writes = (plain.index(key) % comm.size == comm.rank if not view.distributed
+                  else view.coordinate is not None and view.replica_zero)
+        box = view.box() if writes else None
+        entries[key] = {"shape": list(view.shape), "dtype": dtype_name(view.dtype),
+                        "placements": fmt_placements(view.placements),
+                        "mesh": list(view.mesh_shape), "box": box, "pieces": []}
+        if box is None or any(b == a for a, b in box) and view.shape:
+            continue
+        assert local is not None
+        local = local.detach()
+        for cbox in chunk_boxes(box, view.dtype.itemsize, chunk_bytes):
+            name = f"{key}@{','.join(str(a) for a, _ in cbox)}"
+            piece = local[relative(cbox, box)].to("cpu", copy=True,
+                                                 memory_format=torch.contiguous_format)
+            named[name] = piece
+            entries[key]["pieces"].append({"file": file, "name": name,
+                                           "box": [list(b) for b in cbox],
+                                           "crc32": crc32(piece)})
+    nbytes = write_file(os.path.join(version, file), named) if named else 0
+    return {"file": file if named else None, "bytes": nbytes, "tensors": entries}
+
+
+def _commit(path: str, version: str, manifests: list[dict], world_size: int) -> str:
+    """Rank 0's part of Note [commit] (steps 4 and 5)."""
+    body = metadata.merge(manifests, world_size)
+    tmp = os.path.join(version, metadata.NAME + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(metadata.dumps(body))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(version, metadata.NAME))
+    fsync_dir(version)
+    reached("metadata_written")
+    commit.publish(path, version)
+    reached("published")
+    commit.remove_others(path, version)
+    return version

@@ -1,0 +1,173 @@
+"""Tensor files: safetensors written through the ``safetensors`` package (an optional extra,
+imported when a save starts), read back by byte offsets without it: parse the 8-byte header
+length and the JSON header, then ``preadv`` exactly one chunk's bytes into a buffer,
+check its crc32 and view it as a tensor. Nothing read is ever unpickled.
+
+>>> dtype_from_name("bfloat16")
+torch.bfloat16
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dtensor.checkpoint.errors import (ChecksumError, CorruptCheckpointError,
+                                       MissingFileError, TruncatedFileError)
+
+# safetensors' dtype names -> torch
+ST_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+    "U8": torch.uint8, "U16": torch.uint16, "U32": torch.uint32, "U64": torch.uint64,
+    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "C64": torch.complex64,
+}
+_MAX_HEADER = 1 << 30
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """``"float32"`` -> ``torch.float32``; anything but a dtype name raises (no eval)."""
+    value = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(value, torch.dtype):
+        raise CorruptCheckpointError(f"dtype {name!r} in the metadata is not a torch dtype")
+    return value
+
+
+def crc32(t: torch.Tensor) -> int:
+    """crc32 of a contiguous CPU tensor's bytes."""
+    return zlib.crc32(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _safetensors_save_file() -> Any:
+    try:
+        from safetensors.torch import save_file
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "dtensor.checkpoint.save writes safetensors files and needs the 'safetensors' "
+            "package: pip install safetensors (or the extra: pip install -e '.[checkpoint]'); "
+            "loading does not need it") from e
+    return save_file
+
+
+def write_file(path: str, tensors: dict[str, torch.Tensor]) -> int:
+    """Write ``tensors`` (contiguous, CPU, no shared storage) as one safetensors file and make
+    it durable (fsync) before returning its size in bytes."""
+    _safetensors_save_file()(tensors, path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Open:
+    fd: int
+    header: dict[str, Any]
+    data_start: int
+
+
+@dataclass
+class Reader:
+    """Reads chunks from the safetensors files of one checkpoint directory, counting bytes."""
+
+    directory: str
+    sizes: dict[str, int]  # file -> size the save recorded
+    bytes_read: int = 0
+    files: dict[str, _Open] = field(default_factory=dict)
+
+    def read(self, file: str, name: str, key: str, dtype: torch.dtype,
+             shape: tuple[int, ...], crc: int) -> torch.Tensor:
+        """The chunk ``name`` of ``file``, checked against its header entry and crc32."""
+        f = self._open(file, key)
+        where = os.path.join(self.directory, file)
+        entry = f.header.get(name)
+        if not isinstance(entry, dict) or ST_DTYPES.get(entry.get("dtype")) != dtype \
+                or tuple(entry.get("shape", ())) != shape:
+            raise CorruptCheckpointError(
+                f"{where}: tensor {key!r}: header entry {name!r} is {entry!r}, expected "
+                f"dtype {dtype_name(dtype)} and shape {list(shape)}", file=where, key=key)
+        begin, end = entry["data_offsets"]
+        nbytes = end - begin
+        buf = bytearray(nbytes)
+        got = os.preadv(f.fd, [buf], f.data_start + begin) if nbytes else 0
+        self.bytes_read += got
+        if got != nbytes:
+            raise TruncatedFileError(f"{where}: tensor {key!r}: chunk {name!r} needs bytes "
+                                     f"[{f.data_start + begin}, {f.data_start + end}) but the "
+                                     f"file ends early", file=where, key=key)
+        found = zlib.crc32(buf)
+        if found != crc:
+            raise ChecksumError(f"{where}: tensor {key!r}: chunk {name!r} has crc32 "
+                                f"{found:#010x}, expected {crc:#010x} as written: the file was "
+                                f"modified or damaged after the save", file=where, key=key)
+        return torch.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def _open(self, file: str, key: str) -> _Open:
+        f = self.files.get(file)
+        if f is not None:
+            return f
+        where = os.path.join(self.directory, file)
+        try:
+            fd = os.open(where, os.O_RDONLY)
+        except FileNotFoundError:
+            raise MissingFileError(f"{where}: missing, but the metadata lists it as holding "
+                                   f"tensor {key!r}", file=where, key=key) from None
+        try:
+            f = self._parse(fd, where, key)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.files[file] = f
+        return f
+
+    def _parse(self, fd: int, where: str, key: str) -> _Open:
+        size = os.fstat(fd).st_size
+        expected = self.sizes.get(os.path.basename(where))
+        if expected is not None and size != expected:
+            kind = TruncatedFileError if size < expected else CorruptCheckpointError
+            raise kind(f"{where}: {size} bytes, expected {expected} as written (opened for "
+                       f"tensor {key!r})", file=where, key=key)
+        head = os.pread(fd, 8, 0)
+        self.bytes_read += len(head)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < n <= min(size - 8, _MAX_HEADER):
+            raise CorruptCheckpointError(f"{where}: not a safetensors file (header length "
+                                         f"{n}, file size {size}; opened for tensor {key!r})",
+                                         file=where, key=key)
+        raw = os.pread(fd, n, 8)
+        self.bytes_read += len(raw)
+        try:
+            header = json.loads(raw)
+        except ValueError as e:
+            raise CorruptCheckpointError(f"{where}: safetensors header is not JSON ({e}); "
+                                         f"opened for tensor {key!r}", file=where,
+                                         key=key) from None
+        if not isinstance(header, dict):
+            raise CorruptCheckpointError(f"{where}: safetensors header is not an object",
+                                         file=where, key=key)
+        return _Open(fd, header, 8 + n)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            os.close(f.fd)
+        self.files.clear()
