@@ -105,13 +105,14 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
     path = os.path.abspath(os.fspath(path))
     comm = _Comm(process_group)
     tensors, values = flatten(state)
+    source = {k: fmt_placements(view_of(t, k)[0].placements) for k, t in tensors.items()}
     reached("begin")
     made = _attempt(lambda: commit.new_version_dir(path)) if comm.rank == 0 else ("ok", "")
     version = _outcome([comm.broadcast(made)], "making the version directory")[0]
     reached("dir_made")
     tensors = _reduce_partials(tensors)
     reached("partials_reduced")
-    mine = _attempt(lambda: _write_rank(tensors, comm, version, chunk_bytes))
+    mine = _attempt(lambda: _write_rank(tensors, source, comm, version, chunk_bytes))
     reached("file_written")
     manifests = _outcome(comm.all_gather(mine), "writing the files")
     manifests[0]["values"] = values
@@ -137,8 +138,8 @@ def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     return out
 
 
-def _write_rank(tensors: dict[str, torch.Tensor], comm: _Comm, version: str,
-                chunk_bytes: int) -> dict:
+def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: _Comm,
+                version: str, chunk_bytes: int) -> dict:
     """Write this rank's pieces (Note [one writer]) as one file; return its manifest."""
     file = f"rank{comm.rank:05d}.safetensors"
     plain = sorted(k for k, t in tensors.items() if not view_of(t, k)[0].distributed)
@@ -153,10 +154,10 @@ def _write_rank(tensors: dict[str, torch.Tensor], comm: _Comm, version: str,
                   else view.coordinate is not None and view.replica_zero)
         box = view.box() if writes else None
         entries[key] = {"shape": list(view.shape), "dtype": dtype_name(view.dtype),
-                        "placements": fmt_placements(view.placements),
+                        "placements": source[key],  # as saved from, before any reduction
                         "mesh": list(view.mesh_shape), "box": box, "pieces": []}
-        if box is None or any(b == a for a, b in box) and view.shape:
-            continue
+        if box is None or any(b == a for a, b in box):
+            continue  # not the writer, or an empty piece (a 0-d box is () and is written)
         assert local is not None
         local = local.detach()
         for cbox in chunk_boxes(box, view.dtype.itemsize, chunk_bytes):
