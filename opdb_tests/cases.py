@@ -126,27 +126,64 @@ def _plain(t: torch.Tensor) -> bool:
             and not t.is_quantized and not t.is_nested)
 
 
+class SampleGenerationError(RuntimeError):
+    """An OpInfo's ``sample_inputs`` raised: a failure of the entry (not "no samples");
+    ``traceback`` is the generator's whole traceback."""
+
+    def __init__(self, key: str, traceback: str) -> None:
+        super().__init__(f"{key}: sample generation raises\n{traceback}")
+        self.key, self.traceback = key, traceback
+
+
+def _generate(e: Entry) -> Iterator[tuple[int, Any]]:
+    try:
+        gen = e.opinfo.sample_inputs("cpu", e.dtype, requires_grad=False)
+        yield from enumerate(gen)
+    except Exception as ex:  # noqa: BLE001 - reported whole, as the entry's failure
+        from opdb_tests.causes import with_traceback
+
+        raise SampleGenerationError(e.key, with_traceback(ex)) from ex
+
+
+def _unusable(leaves: list) -> str | None:
+    """Why a sample cannot be a case, or None if it can."""
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return "no tensor argument (a factory: nothing to shard)"
+    odd = sorted({str(t.layout).replace("torch.", "") if t.layout != torch.strided
+                  else type(t).__name__ for t in tensors if not _plain(t)})
+    return f"non-dense tensors ({', '.join(odd)}): only plain strided ones are sharded" if odd \
+        else None
+
+
 @functools.lru_cache(maxsize=2048)
 def samples(e: Entry, limit: int | None = None) -> tuple[Sample, ...]:
     """The entry's samples (the first ``limit``) whose tensors are plain dense CPU tensors
-    with at least one tensor in the call. Generation errors count as no samples."""
+    with at least one tensor in the call. Raises ``SampleGenerationError`` if the OpInfo's
+    generator raises before ``limit`` usable samples."""
     out: list[Sample] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(0)
-        try:
-            gen = e.opinfo.sample_inputs("cpu", e.dtype, requires_grad=False)
-            for i, s in enumerate(gen):
-                args = (s.input, *s.args)
-                leaves = pytree.tree_leaves((args, s.kwargs))
-                tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
-                if tensors and all(_plain(t) for t in tensors):
-                    out.append(Sample(i, args, dict(s.kwargs)))
-                if limit is not None and len(out) >= limit:
-                    break
-        except Exception:  # noqa: BLE001 - an OpInfo whose samples fail on CPU: nothing to test
-            pass
+        for i, s in _generate(e):
+            args = (s.input, *s.args)
+            if _unusable(pytree.tree_leaves((args, s.kwargs))) is None:
+                out.append(Sample(i, args, dict(s.kwargs)))
+            if limit is not None and len(out) >= limit:
+                break
     return tuple(out)
+
+
+def no_case_reason(e: Entry) -> str:
+    """Why an entry has no usable sample: the distinct reasons over all its samples."""
+    why: dict[str, None] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        for _, s in _generate(e):
+            r = _unusable(pytree.tree_leaves(((s.input, *s.args), s.kwargs)))
+            why[r or "usable"] = None
+    return "; ".join(why) if why else "the OpInfo yields no sample on CPU"
 
 
 def sample(e: Entry, index: int) -> Sample:
@@ -364,8 +401,10 @@ def case_id(key: str, per_tensor: Sequence[Sequence[Placement]], mesh_shape: Seq
 
 def repro_command(tier: str, key: str, sample_index: int, mesh_shape: Sequence[int],
                   per_tensor: Sequence[Sequence[Placement]] | None = None) -> str:
-    cmd = [".venv/bin/python", "-m", "opdb_tests.repro", tier, key,
-           "--sample", str(sample_index), "--mesh", ",".join(map(str, mesh_shape))]
+    cmd = [".venv/bin/python", "-m", "opdb_tests.repro", tier, key]
+    if tier == "samples":  # sample generation: no sample, no mesh
+        return " ".join(shlex.quote(c) for c in cmd)
+    cmd += ["--sample", str(sample_index), "--mesh", ",".join(map(str, mesh_shape))]
     if per_tensor is not None:
         cmd += ["--placements", fmt_placements(per_tensor)]
     return " ".join(shlex.quote(c) for c in cmd)

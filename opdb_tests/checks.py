@@ -28,10 +28,13 @@ from dtensor.ops.registry import REGISTRY, TensorSpec
 from dtensor.ops.soundness import check_candidate, op_spec
 from dtensor.placements import Placement
 from dtensor.spec import replicate_partials
+from opdb_tests import causes
 from opdb_tests.cases import (AtenCall, Entry, Sample, case_id, clone_sample, kind,
                               repro_command, tolerances)
+from opdb_tests.causes import reason_of
 
 TIERS = ("sound", "forward", "backward")
+GENERATION = "samples"  # the pseudo-tier of an OpInfo whose sample generator raises
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,15 @@ class Failure:
     mesh_shape: tuple[int, ...]
     placements: tuple[tuple[Placement, ...], ...] | None  # None: every candidate (soundness)
     reason: str
-    kind: str = ""
+    kind: str = ""  # the placement kind of the case (cases.KINDS), "" for every kind
     label: str = field(default="")  # the case id
+    cause: str = ""  # the kind of failure (opdb_tests.causes): what expected_failures lists
 
     def report(self) -> str:
         rerun = repro_command(self.tier, self.key, self.sample, self.mesh_shape, self.placements)
         return (f"{self.tier} {self.label}\n  op: {self.key}  sample #{self.sample}: "
-                f"{self.sample_text}\n  mesh: {self.mesh_shape}\n  reason: {self.reason}\n"
-                f"  rerun: {rerun}")
+                f"{self.sample_text}\n  mesh: {self.mesh_shape}\n  failure kind: {self.cause}\n"
+                f"  reason: {self.reason}\n  rerun: {rerun}")
 
 
 # -- soundness -------------------------------------------------------------------------------
@@ -60,17 +64,19 @@ def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
               ) -> tuple[list[Failure], set[str], int]:
     """Failures of every candidate, the placement kinds they covered, how many there were."""
     tensors = s.tensors()
+
+    def whole(reason: str, cause: str) -> list[Failure]:  # a failure of every candidate
+        return [Failure("sound", e.key, s.index, s.describe(), mesh_shape, None, reason, "",
+                        case_id(e.key, [], mesh_shape), cause)]
+
     if call.func not in REGISTRY:
-        return [Failure("sound", e.key, s.index, s.describe(), mesh_shape, None,
-                        f"no sharding rule for {call.func}", "",
-                        case_id(e.key, [], mesh_shape))], set(), 1
+        return whole(f"no sharding rule for {call.func}", f"no rule: {call.func}"), set(), 1
     spec = op_spec(call.func, call.args, call.kwargs, mesh_shape)
     try:
         cands = candidates(spec, dispatchable_only=False)
     except Exception as ex:  # noqa: BLE001 - a rule that raises is a failure of the rule
-        return [Failure("sound", e.key, s.index, s.describe(), mesh_shape, None,
-                        f"the rule raises {type(ex).__name__}: {ex}", "",
-                        case_id(e.key, [], mesh_shape))], set(), 1
+        return whole(f"the rule raises {reason_of(ex)}",
+                     f"rule raises {type(ex).__name__}: {call.func}"), set(), 1
     rtol, atol = tolerances(e.dtype)
     failures, kinds = [], set()
     aten_tensors = [tensors[i] for i in call.tensor_index]
@@ -82,15 +88,24 @@ def soundness(e: Entry, s: Sample, call: AtenCall, mesh_shape: tuple[int, ...]
             try:
                 reason = check_candidate(call.func, call.args, call.kwargs, c, mesh_shape,
                                          rtol=rtol, atol=atol)
+                cause = _unsound_cause(reason, call.func) if reason else ""
             except Exception as ex:  # noqa: BLE001 - the harness itself fails on this call
                 reason = (f"the soundness harness (dtensor.ops.soundness) raises "
-                          f"{type(ex).__name__}: {ex}".split("\n")[0][:200])
+                          f"{reason_of(ex, 200)}")
+                cause = f"harness raises {type(ex).__name__}: {call.func}"
         if reason:
             outs = ";".join(",".join(str(p) for p in o) for o in c.outputs)
             failures.append(Failure("sound", e.key, s.index, s.describe(), mesh_shape, None,
                                     f"{call.func} strategy {_fmt(c.inputs)} -> {outs}: {reason}",
-                                    k, case_id(e.key, c.inputs, mesh_shape, outs)))
+                                    k, case_id(e.key, c.inputs, mesh_shape, outs), cause))
     return failures, kinds, len(cands)
+
+
+def _unsound_cause(reason: str, func: Any) -> str:
+    # replicas that differ mean a nondeterministic output (empty_like), not a wrong rule
+    if "disagrees with another replica" in reason:
+        return f"replicas disagree: {func}"
+    return f"unsound strategy: {func}"
 
 
 def _fmt(per_tensor: Sequence[Sequence[Placement]]) -> str:
@@ -147,20 +162,36 @@ def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
     return decide(spec, _written(spec.op, spec)).chosen.outputs
 
 
-def _close(got: Any, want: Any, rtol: float, atol: float) -> str | None:
+Mismatch = tuple[str, str]  # (cause, reason)
+
+
+def _max_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Largest |got - want|, NaN where both are NaN counted as equal, elsewhere as inf."""
+    wide = torch.complex128 if got.is_complex() or want.is_complex() else torch.float64
+    g, w = got.detach().to(wide), want.detach().to(wide)
+    d = (g - w).abs()
+    d = torch.where(torch.isnan(g) & torch.isnan(w), torch.zeros_like(d), d)
+    d = torch.nan_to_num(d, nan=float("inf"))
+    return float(d.max()) if d.numel() else 0.0
+
+
+def _close(got: Any, want: Any, rtol: float, atol: float) -> Mismatch | None:
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
-            return f"got {type(got).__name__}, expected a tensor"
+            return causes.WRONG_STRUCTURE, f"got {type(got).__name__}, expected a tensor"
         if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
-            return (f"got {tuple(got.shape)}:{got.dtype}, expected "
-                    f"{tuple(want.shape)}:{want.dtype}")
+            return causes.WRONG_META, (f"got {tuple(got.shape)}:{got.dtype}, expected "
+                                       f"{tuple(want.shape)}:{want.dtype}")
         try:
             torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True,
                                        check_stride=False)
         except AssertionError as ex:
-            return "values differ: " + " ".join(str(ex).split("\n")[1:3]).strip()
+            detail = " ".join(str(ex).split("\n")[1:2]).strip()
+            return causes.WRONG_VALUES, (f"values differ: max abs error "
+                                         f"{_max_error(got, want):.3g} (rtol {rtol}, atol "
+                                         f"{atol}); {detail}")
         return None
-    return None if got == want else f"got {got!r}, expected {want!r}"
+    return None if got == want else (causes.WRONG_VALUES, f"got {got!r}, expected {want!r}")
 
 
 def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
@@ -172,22 +203,23 @@ def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
     label = case_id(e.key, placements, mesh_shape)
     k = kind(mesh_shape, s.tensors(), placements)
     try:
-        reason = _end_to_end(e, s, call, mesh, placements, tier, seed)
+        found = _end_to_end(e, s, call, mesh, placements, tier, seed)
     except SimpgError:
         raise  # the world is ending (mismatch, deadlock): sweep.run_world resumes after it
     except Exception as ex:  # noqa: BLE001 - any error of the runtime is this case's failure
         if on_error is not None:
             on_error(ex)
-        reason = f"{type(ex).__name__}: {ex}".split("\n")[0][:300]
-    if reason is None:
+        found = causes.of_exception(ex), reason_of(ex)
+    if found is None:
         return None
+    cause, reason = found
     return Failure(tier, e.key, s.index, s.describe(), mesh_shape, placements, reason, k,
-                   label)
+                   label, cause)
 
 
 def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
                 placements: tuple[tuple[Placement, ...], ...], tier: str,
-                seed: int) -> str | None:
+                seed: int) -> Mismatch | None:
     from dtensor import DTensor
 
     rtol, atol = tolerances(e.dtype)
@@ -202,26 +234,30 @@ def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
                 t.requires_grad_(True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        want = op(*ref_args, **ref_kwargs)
+        try:
+            want = op(*ref_args, **ref_kwargs)
+        except Exception as ex:  # noqa: BLE001 - not the runtime's failure: the sample's
+            return f"reference run raises {type(ex).__name__}", reason_of(ex)
     dargs, dkwargs, leaves = _dtensors(s, mesh, placements, backward, seed)
     with fallback_policy("error"):
         got = op(*dargs, **dkwargs)
     want_flat, want_tree = pytree.tree_flatten(want)
     got_flat, got_tree = pytree.tree_flatten(got)
     if len(got_flat) != len(want_flat):
-        return f"returned {got_tree}, expected {want_tree}"
+        return causes.WRONG_STRUCTURE, f"returned {got_tree}, expected {want_tree}"
     expect_out = predicted(call, placements, tuple(mesh.shape))
     d_outs = [g for g in got_flat if isinstance(g, DTensor)]
     if expect_out is not None and len(d_outs) == len(expect_out):
         for j, (g, p) in enumerate(zip(d_outs, expect_out)):
             if tuple(g.placements) != tuple(p):
-                return f"output {j} is {_fmt([g.placements])}, the rule predicted {_fmt([p])}"
+                return causes.WRONG_PLACEMENT, (f"output {j} is {_fmt([g.placements])}, the "
+                                                f"rule predicted {_fmt([p])}")
     fulls = [g.full_tensor() if isinstance(g, DTensor) else g for g in got_flat]
     for j, (g, w) in enumerate(zip(fulls, want_flat)):
         r = _close(g.detach() if isinstance(g, torch.Tensor) else g,
                    w.detach() if isinstance(w, torch.Tensor) else w, rtol, atol)
         if r:
-            return f"output {j}: {r}"
+            return r[0], f"output {j}: {r[1]}"
     if not backward:
         return None
     return _backward(fulls, want_flat, ref_leaves, leaves, placements, mesh, rtol, atol, seed)
@@ -229,7 +265,7 @@ def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
 
 def _backward(fulls: list, want_flat: list, ref_leaves: list, leaves: list,
               placements: Sequence[Sequence[Placement]], mesh: Any, rtol: float, atol: float,
-              seed: int) -> str | None:
+              seed: int) -> Mismatch | None:
     gen = torch.Generator().manual_seed(seed)
     outs = [(g, w) for g, w in zip(fulls, want_flat)
             if isinstance(w, torch.Tensor) and w.requires_grad and w.is_floating_point()]
@@ -251,5 +287,6 @@ def _backward(fulls: list, want_flat: list, ref_leaves: list, leaves: list,
             g = torch.zeros_like(w)
         r = _close(g, w, rtol, atol)
         if r:
-            return f"gradient of input {j} ({_fmt([p])}) on rank {coord}: {r}"
+            return causes.WRONG_GRADIENT, (f"gradient of input {j} ({_fmt([p])}) on rank "
+                                           f"{coord}: {r[1]}")
     return None

@@ -6,14 +6,16 @@ every OpInfo variant and writes, next to this file:
 - ``coverage_matrix.txt``: one line per variant, one cell per (tier, placement kind): ``+``
   every case passed, ``x`` some failed, ``.`` no case of that kind, ``-`` tier not applicable.
   Its first line records ``inputs_hash()``; a test fails when the hash no longer matches.
-- ``COVERAGE.md``: the counts (rule, sound for all placements, end to end forward, backward),
-  overall and per op family.
+- ``COVERAGE.md``: the counts (rule, sound for all placements, end to end forward, backward,
+  variants with no case), overall and per op family, and a tally of the kinds of failure.
+- the README's coverage block (between its ``generated:coverage`` markers): the same counts;
+  a test fails when they differ from COVERAGE.md's.
 - ``coverage.png``: heatmap of op families by placement kind (share of variants passing),
   drawn with matplotlib (the ``report`` extra: ``pip install -e '.[report]'``).
 
-``--update-expected`` also rewrites ``expected_failures.py`` from the sweep, keeping the
-reasons of entries that still fail. ``--workers N`` (default: CPU count) runs entries in
-N processes; ``--only KEY...`` sweeps some variants and prints their failures.
+``--update-expected`` also rewrites ``expected_failures.py`` from the sweep: every kind of
+failure and its reason as seen today (none kept from before), and the variants with no
+case. ``--workers N`` (default: CPU count) runs entries in N processes; ``--only KEY...`` sweeps some variants and prints their failures.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from opdb_tests.checks import GENERATION
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MATRIX = HERE / "coverage_matrix.txt"
@@ -32,7 +36,7 @@ MARKDOWN = HERE / "COVERAGE.md"
 PICTURE = HERE / "coverage.png"
 EXPECTED_FILE = HERE / "expected_failures.py"
 # the sources that determine the matrix: the runtime and the sweep engine
-ENGINE = ("cases.py", "checks.py", "sweep.py")
+ENGINE = ("cases.py", "causes.py", "checks.py", "sweep.py")
 TIER_NAMES = {"sound": "sound", "forward": "fwd", "backward": "bwd"}
 
 
@@ -72,8 +76,12 @@ def cell(r, tier: str, kind: str) -> str:  # r: sweep.Result
 def status(r) -> str:
     if r.random:
         return "random"
+    if r.failed(GENERATION):
+        return "sample-error"
+    if r.no_cases:
+        return "no-cases"
     if not r.aten:
-        return "no-samples"
+        return "no-aten-call"  # its first sample fails under the recording mode
     return ("rule" if r.has_rule else "no-rule") + ("" if r.rule_level else "/composite")
 
 
@@ -101,11 +109,13 @@ def matrix_text(results: Sequence, digest: str) -> str:
 
 
 def counts(results: Sequence) -> dict[str, int]:
-    tested = [r for r in results if r.aten and not r.random]
+    tested = [r for r in results if r.cases and not r.random]
     return {
         "variants": len(results),
-        "with samples": sum(bool(r.aten) for r in results),
+        "with cases": len(tested),
         "random (skipped)": sum(bool(r.random) for r in results),
+        "no cases (skipped)": sum(bool(r.no_cases) for r in results),
+        "sample generation errors": sum(r.failed(GENERATION) for r in results),
         "one aten op (rule level)": sum(r.rule_level for r in tested),
         "with a rule": sum(r.has_rule for r in tested),
         "sound for all placements": sum(r.rule_level and r.has_rule and passes(r, "sound")
@@ -114,6 +124,18 @@ def counts(results: Sequence) -> dict[str, int]:
         "backward (of autograd float)": sum(passes(r, "backward") for r in tested),
         "autograd float": sum(r.backward for r in tested),
     }
+
+
+def tally(results: Sequence) -> dict[str, int]:
+    """(variant, tier) pairs failing with each category of failure kind (causes.category),
+    most common first; a pair failing in two ways counts in both."""
+    from opdb_tests.causes import category
+
+    out: dict[str, int] = {}
+    for r in results:
+        for c in {(f.tier, category(f.cause)) for f in r.failures}:
+            out[c[1]] = out.get(c[1], 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def family_rows(results: Sequence) -> tuple[list[str], list[str], list[list[float | None]]]:
@@ -228,6 +250,16 @@ def markdown(results: Sequence, digest: str) -> str:
                    f"{fc['with a rule']} | {fc['sound for all placements']} | "
                    f"{fc['end to end forward']} | {fc['backward (of autograd float)']}/"
                    f"{fc['autograd float']} |")
+    out += ["", "## Kinds of failure", "",
+            "(variant, tier) pairs failing with each kind (the error type and the aten op that "
+            "raised it, wrong values, no rule...; per pair in "
+            "[`expected_failures.py`](expected_failures.py)):", "",
+            "| kind of failure | (variant, tier) pairs |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in tally(results).items()]
+    out += ["", "## Variants with no case", "",
+            "Skipped, listed with their reason in `NO_CASES` of "
+            "[`expected_failures.py`](expected_failures.py):", ""]
+    out += [f"- `{r.key}`: {r.no_cases}" for r in results if r.no_cases]
     out += ["", "Placement kinds: `R` all Replicate; `S` sharded evenly; `S~` some shard uneven; "
             "`P` some input Partial; `2-D` any case on a 2-D mesh.", ""]
     return "\n".join(out)
@@ -237,23 +269,26 @@ def markdown(results: Sequence, digest: str) -> str:
 
 
 def update_expected(results: Sequence) -> int:
+    """Rewrite expected_failures.py from this sweep: every reason is today's."""
     from opdb_tests import expectations
     from opdb_tests.checks import TIERS
-    from opdb_tests.expected_failures import EXPECTED, EXPLORATION, SKIP
+    from opdb_tests.expected_failures import EXPLORATION
 
-    new: dict[tuple[str, str], str] = {}
-    skip = {k: v for k, v in SKIP.items()}
+    new: dict[tuple[str, str], dict[str, str]] = {}
+    skip: dict[str, str] = {}
     for r in results:
         if r.random:
-            skip.setdefault(r.key, f"random: calls {r.random} (nondeterministic_seeded); a "
-                                   "sharded draw cannot equal one device's draw")
+            skip[r.key] = (f"random: calls {r.random} (nondeterministic_seeded); a sharded "
+                           "draw cannot equal one device's draw")
             continue
-        for t in TIERS:
+        for t in (*TIERS, GENERATION):
             fs = [f for f in r.failures if f.tier == t]
             if fs:
-                new[(r.key, t)] = EXPECTED.get((r.key, t)) or expectations.classify(fs)
-    exploration = {kt: r for kt, r in EXPLORATION.items() if kt not in new}
-    EXPECTED_FILE.write_text(expectations.render(new, skip, exploration))
+                new[(r.key, t)] = expectations.reasons(fs)
+    no_cases = {r.key: r.no_cases for r in results if r.no_cases}
+    # found by hypothesis draws only, so kept (the slow tier fails when one passes)
+    exploration = {kt: why for kt, why in EXPLORATION.items() if kt not in new}
+    EXPECTED_FILE.write_text(expectations.render(new, skip, no_cases, exploration))
     return len(new)
 
 
@@ -281,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     digest = inputs_hash()
     MATRIX.write_text(matrix_text(results, digest))
     MARKDOWN.write_text(markdown(results, digest))
+    from opdb_tests.coverage_readme import write_readme
+
+    write_readme(counts(results))
     fams, cols, values = family_rows(results)
     sizes = {f: sum(r.family == f for r in results) for f in fams}
     heatmap(str(PICTURE), [f"{f} ({sizes[f]})" for f in fams], cols, values,
@@ -292,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("slowest: " + ", ".join(f"{r.key} {r.seconds:.1f}s" for r in slow))
     for k, v in counts(results).items():
         print(f"{k:>32}: {v}")
+    print("kinds of failure, (variant, tier) pairs:")
+    for k, v in tally(results).items():
+        print(f"{k:>48}: {v}")
     print(f"wrote {MATRIX.relative_to(ROOT)}, {MARKDOWN.relative_to(ROOT)}, "
           f"{PICTURE.relative_to(ROOT)}")
     return 0

@@ -1,93 +1,136 @@
 """Reading the expected-failure list and judging a run against it (strict both ways).
 
-The list itself is data in ``opdb_tests/expected_failures.py``: ``EXPECTED[(key, tier)]`` is
-the reason an OpInfo variant fails a tier, ``SKIP[key]`` the reason one is not run at all
-(nondeterminism only). ``judge`` turns a run's failures into the test's verdict: a failure
-not listed fails the run (with reproducers); a listed one that passed fails it too, so the
-list only shrinks.
+The list is data in ``opdb_tests/expected_failures.py``, written by
+``.venv/bin/python -m opdb_tests.coverage --update-expected`` from what the base sweep saw:
+
+- ``EXPECTED[(key, tier)]`` maps each *kind* of failure (``opdb_tests.causes``: the error
+  type and the aten op that raised, ``wrong values``, ``no rule: OP``...) of a variant's
+  tier to a reason taken from the first failing case (max error, message).
+- ``NO_CASES[key]``: why a variant tries no case at all (its test is skipped with that).
+- ``SKIP[key]``: a variant not run at all (nondeterminism only).
+
+``judge`` turns a run's failures into the test's verdict: a failure of a tier not listed,
+or of a kind not listed for that tier, fails the run (with reproducers); a listed tier
+that passed, or a listed kind that no longer occurs, fails it too, so the list stays
+exact. Regeneration rewrites every reason from today's failure; none is kept.
+
+Listed tiers are judged on the base cases only: they are deterministic, so their kinds
+can be regenerated exactly; hypothesis draws explore only unlisted tiers (a draw's kinds
+could not be regenerated without the same draws).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from opdb_tests.checks import TIERS, Failure
-from opdb_tests.expected_failures import EXPECTED
+from opdb_tests.checks import GENERATION, TIERS, Failure
+from opdb_tests.expected_failures import EXPECTED, NO_CASES
+
+Expected = Mapping[tuple[str, str], Mapping[str, str]]
+FILE = "opdb_tests/expected_failures.py"
+REGENERATE = ".venv/bin/python -m opdb_tests.coverage --update-expected"
 
 
-def expected(key: str, tier: str) -> str | None:
-    return EXPECTED.get((key, tier))
+def expected(key: str, tier: str, table: Expected = EXPECTED) -> Mapping[str, str] | None:
+    """The listed kinds of failure (kind -> reason) of a variant's tier, or None."""
+    return table.get((key, tier))
+
+
+def by_cause(failures: Sequence[Failure]) -> dict[str, list[Failure]]:
+    out: dict[str, list[Failure]] = {}
+    for f in failures:
+        out.setdefault(f.cause, []).append(f)
+    return out
+
+
+def _reports(fs: Sequence[Failure], max_reports: int) -> str:
+    shown = "\n".join(f.report() for f in fs[:max_reports])
+    more = f"\n  ... and {len(fs) - max_reports} more" if len(fs) > max_reports else ""
+    return shown + more
 
 
 def judge(key: str, tiers_run: Iterable[str], failures: Sequence[Failure],
-          max_reports: int = 3) -> list[str]:
-    """Problems with this run: unexpected failures (with reproducers) and unexpected passes."""
+          max_reports: int = 3, table: Expected = EXPECTED) -> list[str]:
+    """Problems with this run: failures of an unlisted tier or kind (with reproducers),
+    listed tiers that passed and listed kinds that no longer occur."""
     problems = []
-    for tier in tiers_run:
+    for tier in [*tiers_run, GENERATION]:
         mine = [f for f in failures if f.tier == tier]
-        listed = expected(key, tier)
+        listed = expected(key, tier, table)
+        seen = by_cause(mine)
         if mine and listed is None:
-            shown = "\n".join(f.report() for f in mine[:max_reports])
-            more = f"\n  ... and {len(mine) - max_reports} more" if len(mine) > max_reports else ""
-            problems.append(f"{key} fails the {tier} tier ({len(mine)} case(s)); not in "
-                            f"opdb_tests/expected_failures.py:\n{shown}{more}")
-        if not mine and listed is not None:
-            problems.append(f"{key} passes the {tier} tier, but opdb_tests/expected_failures.py "
-                            f"lists it ({listed!r}): remove the entry (or run "
-                            f".venv/bin/python -m opdb_tests.coverage --update-expected)")
+            problems.append(f"{key} fails the {tier} tier ({len(mine)} case(s), kinds "
+                            f"{sorted(seen)}); not in {FILE}:\n{_reports(mine, max_reports)}")
+        elif not mine and listed is not None:
+            problems.append(f"{key} passes the {tier} tier, but {FILE} lists it (kinds "
+                            f"{sorted(listed)}): remove the entry (or run {REGENERATE})")
+        elif listed is not None:
+            for cause in sorted(set(seen) - set(listed)):
+                problems.append(f"{key} fails the {tier} tier with a kind of failure not listed "
+                                f"for it: {cause!r} (listed: {sorted(listed)}); fix it or, if "
+                                f"it is expected, run {REGENERATE}:\n"
+                                f"{_reports(seen[cause], max_reports)}")
+            gone = sorted(set(listed) - set(seen))
+            if gone:
+                problems.append(f"{key} no longer fails the {tier} tier with {gone} (it still "
+                                f"fails with {sorted(seen)}): run {REGENERATE}")
     return problems
 
 
-# -- generating reasons ------------------------------------------------------------------------
-
-def classify(failures: Sequence[Failure]) -> str:
-    """A true, grouped reason for a tier's failures, from the first failure's message."""
-    reasons = [f.reason for f in failures]
-    no_rule = sorted({m for r in reasons for m in re.findall(r"(aten\.[\w.]+) has no sharding "
-                                                             r"rule", r)}
-                     | {m for r in reasons for m in re.findall(r"no sharding rule for "
-                                                               r"(aten\.[\w.]+)", r)})
-    if no_rule:
-        return f"no rule yet (replicate fallback): {', '.join(no_rule[:4])}"
-    first = reasons[0]
-    tier = failures[0].tier
-    if "soundness harness" in first or "disagrees with another replica" in first:
-        return "harness limitation: " + first[:150]
-    if "not differentiable with respect to argument" in first:
-        return ("harness limitation: the backward tier sets requires_grad on every float "
-                "input; the op rejects it: " + first[:100])
-    if tier == "sound":
-        m = re.match(r"(aten\.\S+) strategy (.*?): (.*)", first)
-        if m and "rule raises" not in first:
-            return f"rule returns unsound strategy {m.group(2)}: {m.group(3)[:120]}"
-        return first[:160]
-    if "the rule predicted" in first:
-        return "output placement differs from the rule's prediction: " + first[:120]
-    if "values differ" in first or "got (" in first:
-        return "wrong values end to end: " + first[:140]
-    return first[:160]
+def judge_no_cases(key: str, cases: int, reason: str,
+                   table: Mapping[str, str] = NO_CASES) -> str | None:
+    """A variant that tried no case must be listed in NO_CASES, and only such a variant."""
+    if cases == 0 and key not in table:
+        return (f"{key} tried no case at all ({reason}); if that is expected, list it in "
+                f"NO_CASES of {FILE} (run {REGENERATE})")
+    if cases and key in table:
+        return (f"{key} is listed in NO_CASES of {FILE} ({table[key]!r}) but ran {cases} "
+                f"case(s): remove the entry (or run {REGENERATE})")
+    return None
 
 
-def render(expected_map: dict[tuple[str, str], str], skip: dict[str, str],
-           exploration: dict[tuple[str, str], str] | None = None) -> str:
-    """The text of expected_failures.py, grouped by reason."""
-    lines = ['"""Expected failures of the op-database tests: one entry per (OpInfo variant, tier),',
-             "each with its reason; strict (an unexpected pass fails the run, so this only",
-             "shrinks). Tiers: " + ", ".join(TIERS) + ". Regenerate the list after a change with",
-             "``.venv/bin/python -m opdb_tests.coverage --update-expected`` (kept reasons stay).",
+# -- generating the list -----------------------------------------------------------------------
+
+def reasons(failures: Sequence[Failure], limit: int = 220) -> dict[str, str]:
+    """kind -> the reason of its first failing case (for the generation tier, the
+    traceback's last line: the whole one is in the test's report)."""
+    out = {}
+    for cause, fs in by_cause(failures).items():
+        f = fs[0]
+        text = f.reason.strip().rsplit("\n", 1)[-1] if f.tier == GENERATION else f.reason
+        out[cause] = f"{f.label}: {text}"[:limit]
+    return out
+
+
+def render(expected_map: Expected, skip: Mapping[str, str], no_cases: Mapping[str, str],
+           exploration: Mapping[tuple[str, str], str] | None = None) -> str:
+    """The text of expected_failures.py, grouped by the category of each entry's kinds."""
+    from opdb_tests.causes import category
+
+    lines = ['"""Expected failures of the op-database tests, generated by',
+             f"``{REGENERATE}`` from the base sweep: every reason is today's.",
+             "",
+             "EXPECTED: per (OpInfo variant, tier), each kind of failure -> the first failing",
+             "case's reason. Strict: a new kind, a vanished kind or a passing tier fails the",
+             "test. Tiers: " + ", ".join(TIERS) + f", and {GENERATION} (the generator raises).",
+             "NO_CASES: variants that try no case, and why (their tests are skipped).",
+             "SKIP: variants not run (nondeterminism only).",
              '"""', "", "SKIP: dict[str, str] = {",
-             "    # nondeterministic only: the op draws random numbers",]
-    for k in sorted(skip):
-        lines.append(f"    {k!r}: {skip[k]!r},")
-    lines += ["}", "", "EXPECTED: dict[tuple[str, str], str] = {"]
-    by_reason: dict[str, list[tuple[str, str]]] = {}
-    for kt, r in expected_map.items():
-        by_reason.setdefault(_group(r), []).append(kt)
-    for group in sorted(by_reason):
+             "    # nondeterministic only: the op draws random numbers"]
+    lines += [f"    {k!r}: {skip[k]!r}," for k in sorted(skip)]
+    lines += ["}", "", "NO_CASES: dict[str, str] = {"]
+    lines += [f"    {k!r}: {no_cases[k]!r}," for k in sorted(no_cases)]
+    lines += ["}", "", "EXPECTED: dict[tuple[str, str], dict[str, str]] = {"]
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for kt, kinds in expected_map.items():
+        groups.setdefault(", ".join(sorted({category(c) for c in kinds})), []).append(kt)
+    for group in sorted(groups):
         lines.append(f"    # -- {group}")
-        for kt in sorted(by_reason[group]):
-            lines.append(f"    {kt!r}: {expected_map[kt]!r},")
+        for kt in sorted(groups[group]):
+            kinds = expected_map[kt]
+            lines.append(f"    {kt!r}: {{")
+            lines += [f"        {c!r}: {kinds[c]!r}," for c in sorted(kinds)]
+            lines.append("    },")
     lines.append("}")
     lines += ["", "# (variant, tier): the base cases pass, but hypothesis draws find failures (the",
               "# reason names one). The default tier does not explore these tiers; the slow tier",
@@ -97,7 +140,3 @@ def render(expected_map: dict[tuple[str, str], str], skip: dict[str, str],
         lines.append(f"    {kt!r}: {(exploration or {})[kt]!r},")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _group(reason: str) -> str:
-    return reason.split(":")[0][:70]

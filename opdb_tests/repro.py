@@ -2,7 +2,8 @@
 [--placements 'S(0),R;P(sum),R']``. Every failure report prints this line.
 
 TIER is sound (every strategy of the rule on that mesh; no placements needed), forward or
-backward (one case in one simpg world; without --placements, every base assignment).
+backward (one case in one simpg world; without --placements, every base assignment), or
+samples (generate the OpInfo's samples; prints the traceback if the generator raises).
 Exit status 1 when the case fails.
 """
 
@@ -17,7 +18,7 @@ from typing import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m opdb_tests.repro", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tier", choices=("sound", "forward", "backward"))
+    ap.add_argument("tier", choices=("sound", "forward", "backward", "samples"))
     ap.add_argument("key", help="OpInfo variant, e.g. add or nn.functional.pad.constant")
     ap.add_argument("--sample", type=int, default=0, help="the sample's index in the OpInfo")
     ap.add_argument("--mesh", default="2", help="mesh shape, e.g. 4 or 2,2")
@@ -30,6 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from opdb_tests.sweep import run_world
 
     e = cases.entry(args.key)
+    if args.tier == "samples":
+        try:
+            n = len(cases.samples(e))
+        except cases.SampleGenerationError as ex:
+            print(ex.traceback)
+            print("FAIL")
+            return 1
+        print(f"{e.key}: {n} usable samples" + ("" if n else f" ({cases.no_case_reason(e)})"))
+        print("ok")
+        return 0
     s = cases.sample(e, args.sample)
     mesh = tuple(int(x) for x in args.mesh.split(","))
     call = cases.aten_call(e, s)

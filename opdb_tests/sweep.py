@@ -18,9 +18,10 @@ from typing import Any, Iterable, Sequence
 
 from dtensor.ops.registry import REGISTRY
 from dtensor.placements import Placement
-from opdb_tests.cases import (AtenCall, Entry, Sample, aten_call, base_assignments, record_aten,
-                              samples, size)
-from opdb_tests.checks import TIERS, Failure, end_to_end, soundness
+from opdb_tests.cases import (AtenCall, Entry, Sample, SampleGenerationError, aten_call,
+                              base_assignments, no_case_reason, record_aten, samples, size)
+from opdb_tests.causes import reason_of
+from opdb_tests.checks import GENERATION, TIERS, Failure, end_to_end, soundness
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Result:
     failures: list[Failure] = field(default_factory=list)
     backward: bool = False  # the OpInfo supports autograd at a float dtype
     random: str = ""  # the nondeterministic_seeded aten op it calls, if any
+    no_cases: str = ""  # why it tried no case at all (no usable sample), if it tried none
     cases: int = 0  # (strategy or placements, mesh) cases checked
     seconds: float = 0.0
 
@@ -115,16 +117,19 @@ def run_world(mesh_shape: tuple[int, ...], cases: Sequence[tuple], timeout: floa
             e, s, call, placements, tier = cases[done]
             from opdb_tests.cases import case_id, kind
 
-            first = next((f for f in table[done].values() if f is not None), None)
-            reason = first.reason if first else f"{type(ex).__name__}: {ex}".split("\n")[0][:300]
+            row = table[done]
+            first = next((row[r] for r in sorted(row) if row[r] is not None), None)
+            reason = first.reason if first else reason_of(ex)
+            cause = first.cause if first else f"world ended: {type(ex).__name__}"
             table[done] = {0: Failure(tier, e.key, s.index, s.describe(), tuple(mesh_shape),
                                       placements, reason,
                                       kind(mesh_shape, s.tensors(), placements),
-                                      case_id(e.key, placements, mesh_shape))}
+                                      case_id(e.key, placements, mesh_shape), cause)}
             start = done + 1
     merged: list[Failure | None] = []
     for row in table:
-        seen = [f for f in row.values() if f is not None]
+        # by rank, so the reported failure does not depend on which thread finished first
+        seen = [row[r] for r in sorted(row) if row[r] is not None]
         seen.sort(key=lambda f: any(w in f.reason for w in _SECONDARY))
         merged.append(seen[0] if seen else None)
     return merged
@@ -148,9 +153,19 @@ def _world_body(mesh_shape: tuple[int, ...], cases: list[tuple], start: int,
 
 
 def sweep_entry(e: Entry, cfg: Config = BASE) -> Result:
-    """Every base case of one entry: soundness on each mesh, end to end in one world each."""
+    """Every base case of one entry: soundness on each mesh, end to end in one world each.
+    A sample generator that raises is the entry's one failure (tier ``samples``)."""
     t0 = time.perf_counter()
-    ss, calls, r = plan_entry(e, cfg)
+    try:
+        ss, calls, r = plan_entry(e, cfg)
+    except SampleGenerationError as ex:
+        r = Result(e.key, e.family, backward=_backward_ok(e))
+        first = ex.traceback.strip().rsplit("\n", 1)[-1]
+        r.failures.append(Failure(GENERATION, e.key, -1, "(none)", (), None, ex.traceback, "",
+                                  f"{e.key}[samples]", f"sample generation raises "
+                                  f"{first.split(':', 1)[0]}"))
+        r.seconds = time.perf_counter() - t0
+        return r
     if r.random:  # Note: listed in SKIP; a sharded draw cannot equal one device's draw
         r.seconds = time.perf_counter() - t0
         return r
@@ -170,6 +185,8 @@ def sweep_entry(e: Entry, cfg: Config = BASE) -> Result:
             r.tried[case[4]].add(kind(m, case[1].tensors(), case[3]))
             if f is not None:
                 r.failures.append(f)
+    if r.cases == 0:
+        r.no_cases = no_case_reason(e)
     r.seconds = time.perf_counter() - t0
     return r
 

@@ -4,7 +4,9 @@ One test per OpInfo variant (``test_op[add]``): the fixed base cases (``sweep.BA
 first sample, soundness of every strategy on meshes (3,) and (2, 2), end to end forward and
 backward on (2,) and (2, 2) in one simpg world each), then hypothesis draws further meshes
 (1-D and 2-D, 1 to 8 ranks), samples and placements for every tensor argument. Failures
-are judged against ``expected_failures.py`` (strict both ways) and print a reproducer.
+are judged against ``expected_failures.py`` by kind (strict both ways) and print a
+reproducer. A variant that tries no case is skipped with its listed reason (NO_CASES), an
+unlisted one fails; a sample generator that raises fails with its traceback.
 
 The exhaustive sweep (every sample, five meshes per tier, more draws) is ``-m slow``.
 """
@@ -15,11 +17,12 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from opdb_tests import cases, coverage, expectations, sweep
+from benchmarks.readme_figures import README
+from opdb_tests import cases, coverage, coverage_readme, expectations, sweep
 from opdb_tests.cases import (MESHES, Entry, aten_call, entries, one_partial_family,
                               placement_options, samples, size)
-from opdb_tests.checks import TIERS, Failure, soundness
-from opdb_tests.expected_failures import EXPECTED, EXPLORATION, SKIP
+from opdb_tests.checks import GENERATION, TIERS, Failure, soundness
+from opdb_tests.expected_failures import EXPECTED, EXPLORATION, NO_CASES, SKIP
 
 KEYS = [e.key for e in entries()]
 
@@ -82,17 +85,30 @@ def _tiers(r: sweep.Result) -> list[str]:
     return tiers + ["forward"] + (["backward"] if r.backward else [])
 
 
+def run_and_judge(e: Entry, cfg: sweep.Config) -> tuple[sweep.Result, list[str]]:
+    """The base sweep of one entry and its verdict: no case at all is skipped with the
+    reason NO_CASES lists for it (unlisted: a problem), failures are judged by kind."""
+    r = sweep.sweep_entry(e, cfg)
+    if r.random:
+        return r, [f"{e.key} calls {r.random} (random): list it in SKIP of "
+                   "opdb_tests/expected_failures.py"]
+    problems = expectations.judge(e.key, _tiers(r) if r.cases else [], r.failures)
+    if not r.failed(GENERATION):
+        no_case = expectations.judge_no_cases(e.key, r.cases, r.no_cases)
+        problems += [no_case] if no_case else []
+    return r, problems
+
+
 def _check(key: str, cfg: sweep.Config, ci_budget: int, n_samples: int,
            explore_listed: bool = False) -> None:
     if key in SKIP:
         pytest.skip(SKIP[key])
     e = cases.entry(key)
-    r = sweep.sweep_entry(e, cfg)
-    assert not r.random, (f"{key} calls {r.random} (random): list it in SKIP of "
-                          "opdb_tests/expected_failures.py")
-    tiers = _tiers(r)
-    problems = expectations.judge(key, tiers, r.failures)
+    r, problems = run_and_judge(e, cfg)
     assert not problems, "\n\n".join(problems)
+    if r.cases == 0:
+        pytest.skip(f"no cases: {NO_CASES[key]}")
+    tiers = _tiers(r)
     clean = {t for t in tiers if expectations.expected(key, t) is None}
     listed = {t for t in clean if (key, t) in EXPLORATION}
     if not explore_listed:
@@ -125,10 +141,14 @@ def test_expected_failures_name_real_variants_and_tiers() -> None:
     known = set(KEYS)
     bad = [kt for kt in EXPECTED if kt[0] not in known or kt[1] not in TIERS]
     bad += [(k, "skip") for k in SKIP if k not in known]
+    bad += [kt for kt in EXPECTED if kt[0] not in known or kt[1] not in (*TIERS, GENERATION)]
+    bad += [(k, "no cases") for k in NO_CASES if k not in known or k in SKIP]
     bad += [kt for kt in EXPLORATION if kt[0] not in known or kt[1] not in TIERS or kt in EXPECTED]
     assert not bad, f"expected_failures.py names unknown (variant, tier) pairs: {bad}"
-    empty = [kt for kt, reason in EXPECTED.items() if not reason.strip()]
-    assert not empty, f"entries without a reason: {empty}"
+    empty = [kt for kt, kinds in EXPECTED.items()
+             if not kinds or any(not c.strip() or not why.strip() for c, why in kinds.items())]
+    empty += [k for k, why in NO_CASES.items() if not why.strip()]
+    assert not empty, f"entries without a kind of failure or a reason: {empty}"
 
 
 def test_coverage_matrix_is_fresh() -> None:
@@ -139,3 +159,9 @@ def test_coverage_matrix_is_fresh() -> None:
         "opdb_tests/coverage_matrix.txt is stale (dtensor/ or the opdb_tests engine changed "
         "since it was written): run  .venv/bin/python -m opdb_tests.coverage  and commit the "
         "matrix, COVERAGE.md and coverage.png")
+
+
+def test_readme_coverage_figures_match_coverage_md() -> None:
+    """The README's block is what opdb_tests.coverage wrote with COVERAGE.md."""
+    problem = coverage_readme.drift(README.read_text(), coverage.MARKDOWN.read_text())
+    assert problem is None, problem
