@@ -8,7 +8,7 @@ import torch
 import simpg
 from mesh_world import run_on_mesh as _world
 from dtensor import Partial, Replicate, Shard, distribute_tensor
-from dtensor.ops.propagate import per_dim_strategies
+from dtensor.ops.propagate import ShardingError, per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec
 from dtensor.ops.views import view_groups, view_shards
 
@@ -73,6 +73,11 @@ CASES = [
     ("expand-lead", aten.expand.default, (_r(3), [4, -1]), {}),
     ("slice_backward", aten.slice_backward.default, (_r(5, 2, 4), [5, 3, 4], 1, 1, 3, 1), {}),
     ("select_backward", aten.select_backward.default, (_r(5, 4), [5, 3, 4], 1, 2), {}),
+    ("as_strided-identity", aten.as_strided.default, (_r(5, 3), [5, 3], [3, 1]), {}),
+    ("as_strided-identity-0", aten.as_strided.default, (_r(5, 3), [5, 3], [3, 1], 0), {}),
+    ("as_strided-window", aten.as_strided.default, (_r(5, 3), [3, 3], [1, 3], 2), {}),
+    ("as_strided_copy-identity", aten.as_strided_copy.default, (_r(7, 2), [7, 2], [2, 1]), {}),
+    ("as_strided_copy-overlap", aten.as_strided_copy.default, (_r(6), [4, 3], [1, 1]), {}),
 ]
 
 
@@ -219,3 +224,20 @@ def test_reshape_then_unflatten_backward_matches_single_device():
 
     for got, grad in _world((2,), body):
         assert torch.allclose(got, f(x)) and torch.allclose(grad, leaf.grad)
+
+
+def test_as_strided_keeps_pieces_only_for_the_identity_and_refuses_a_transposed_storage():
+    full = torch.arange(35.0).reshape(7, 5)
+
+    def body(mesh):
+        x = distribute_tensor(full, mesh, [Shard(1)])
+        with simpg.trace() as t:
+            same = torch.as_strided(x, x.shape, x.stride())
+        window = torch.as_strided(x, (3, 3), (1, 5), 2)  # offsets count from the DTensor's 0
+        with pytest.raises(ShardingError, match=r"offers no strategy .* stride \(1, 5\)"):
+            torch.as_strided(x.t(), (3, 3), (1, 5), 2)
+        return (same.placements, len(t.records), torch.equal(same.full_tensor(), full),
+                window.placements, torch.equal(window.full_tensor(),
+                                               torch.as_strided(full, (3, 3), (1, 5), 2)))
+
+    assert _world((4,), body) == [((Shard(1),), 0, True, (Replicate(),), True)] * 4

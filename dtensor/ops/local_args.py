@@ -15,11 +15,16 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 _SHAPE_ARGS = frozenset({"size", "input_sizes"})
+# size/stride/offset address storage here, not the output's shape: dtensor.ops.views runs them
+# on whole replicas (or as aliases of each piece) with the arguments as given
+_STORAGE_GEOMETRY = frozenset({"aten::as_strided", "aten::as_strided_copy"})
 
 
 @lru_cache(maxsize=None)
 def shape_arg_positions(func: Any) -> tuple[tuple[int, str, str], ...]:
     """(position, name, kind) of each shape ("shape") or stride ("stride") argument."""
+    if func._schema.name in _STORAGE_GEOMETRY:
+        return ()
     args = func._schema.arguments
     lists = [(i, a.name) for i, a in enumerate(args) if str(a.type) in ("List[int]", "SymInt[]")]
     shape = [(i, n, "shape") for i, n in lists if n in _SHAPE_ARGS]

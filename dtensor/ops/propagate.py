@@ -141,6 +141,11 @@ def decide(op: OpSpec, fixed: frozenset[int] = frozenset()) -> Decision:
     tensors = op.tensors()
     feasible = [c for c in all_candidates
                 if all(c.inputs[i] == tensors[i].placements for i in fixed)]
+    if not all_candidates:
+        described = ", ".join(f"input {i} {tuple(t.shape)} stride {tuple(t.stride)} "
+                              f"{_fmt(t.placements)}" for i, t in enumerate(tensors))
+        raise ShardingError(f"{op.op}: its sharding rule offers no strategy for {described} "
+                            f"(see the rule's Note in dtensor/ops)")
     if not feasible:
         alternatives = "\n  ".join(_fmt_candidate(c) for c in all_candidates[:8]) or "(none)"
         fixed_txt = ", ".join(f"input {i} {_fmt(tensors[i].placements)}" for i in sorted(fixed))

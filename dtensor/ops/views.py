@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -307,6 +307,54 @@ def view(op: OpSpec) -> list[Strategy]:
 def _view_piece(op: object, args: tuple, kwargs: dict, boxes: Sequence[object]) -> torch.Tensor:
     x, size = args[0], args[1] if len(args) > 1 else kwargs["size"]
     return x.reshape(size)
+
+
+# Note [as_strided]
+# size, stride and storage_offset address storage. A DTensor's storage is the global tensor
+# laid out row-major from offset 0 when its strides are the row-major ones: each rank makes
+# its replica row-major (Replicate in, Replicate out; a view of the replica when it already
+# is) and runs the op with the arguments as given. Other strides (a transposed DTensor) name
+# a storage order no replica is guaranteed to have, so no strategy is offered and the call
+# raises rather than read the wrong elements. The one call a piece can answer is the
+# identity, as_strided(x, x.shape, x.stride(), 0): it is x, so any placement passes and each
+# rank aliases (or, for as_strided_copy, copies) its piece.
+@sharding_rule(aten.as_strided.default, aten.as_strided_copy.default)
+def as_strided(op: OpSpec) -> list[Strategy]:
+    t = op.tensors()[0]
+    size, stride = tuple(op.arg(1, "size")), tuple(op.arg(2, "stride"))
+    offset = op.arg(3, "storage_offset")
+    found = []
+    if tuple(t.stride) == _row_major(t.shape):
+        found.append(Strategy((Replicate(),), (Replicate(),), local="strided_replica"))
+    if size == tuple(t.shape) and stride == tuple(t.stride) and offset in (None, 0):
+        moves = [Strategy((Shard(d),), (Shard(d),)) for d in range(t.ndim)]
+        moves += [Strategy((p,), (p,)) for p in _partials(op)]
+        if not found:
+            moves.append(Strategy((Replicate(),), (Replicate(),)))
+        found += [dataclasses.replace(s, local="strided_identity") for s in moves]
+    return found
+
+
+def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+@local_function("strided_replica")
+def _strided_replica(op: Any, args: tuple, kwargs: dict, boxes: Sequence[object]) -> Any:
+    x, size, stride = args[:3]
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    x = x.contiguous()
+    return op(x, size, stride, x.storage_offset() + (offset or 0))
+
+
+@local_function("strided_identity")
+def _strided_identity(op: Any, args: tuple, kwargs: dict, boxes: Sequence[object]) -> Any:
+    x = args[0]
+    return x.clone() if op is aten.as_strided_copy.default else aten.alias.default(x)
 
 
 @sharding_rule(aten.expand.default)
