@@ -1,9 +1,12 @@
 """pytest wiring: ``@pytest.mark.world(n)`` runs a test body on n simulated ranks.
 
->>> # in a test module:
->>> # @pytest.mark.world(4)
->>> # def test_sum():
->>> #     t = torch.ones(2); dist.all_reduce(t); assert t.tolist() == [4.0, 4.0]
+In a test module (as in ``tests/test_simpg_run.py``)::
+
+    @pytest.mark.world(4)
+    def test_sum():
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        assert t.tolist() == [4.0, 4.0]
 """
 
 from __future__ import annotations
