@@ -6,6 +6,7 @@
 """
 
 from simpg import c10d_state as _c10d_state
+from simpg import isolation as _isolation
 from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
 from simpg.costmodel import CostModel, LinkModel
@@ -17,6 +18,7 @@ from simpg.subtests import SubtestsFailed, run_subtests
 from simpg.trace import Trace, trace
 
 _c10d_state.install()
+_isolation.install()
 _register()
 
 __all__ = [

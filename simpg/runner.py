@@ -17,6 +17,7 @@ from simpg.backend import new_world, rank_context
 from simpg.c10d_state import RankC10dState, current_state
 from simpg.errors import RankAbandoned, SimpgError
 from simpg.faults import Fault, check_faults
+from simpg.isolation import restore, snapshot, warn_late_imports
 from simpg.stuck import clear_interrupt
 from simpg.unwaited import check_unwaited
 from simpg.trace import active_sinks
@@ -98,8 +99,9 @@ def run(
                          f"(or call its function directly on this rank)")
     with _CPU:  # Note [one rank runs at a time]: other worlds' ranks may be running
         caller_rng = torch.get_rng_state()
+        caller_switches = snapshot()  # Note [per-rank process state]
     world = new_world(world_size, timeout=timeout, schedule_seed=schedule_seed,
-                      members_ready=True, rng_state=caller_rng)
+                      members_ready=True, rng_state=caller_rng, switches=caller_switches)
     world.faults = check_faults(tuple(faults), world_size)
     world.on_complete.extend(active_sinks())
     world.interrupt_stuck = True
@@ -135,10 +137,13 @@ def run(
     finally:
         with _CPU:
             torch.set_rng_state(caller_rng)
+            late = snapshot()
+            restore(caller_switches)
         sys.excepthook = caller_hook
     if world.failure is not None:
         _raise_failure(world)
     check_unwaited(world.rendezvous, strict_async)  # type: ignore[arg-type]
+    warn_late_imports(caller_switches, late)
     return results
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
+from simpg.isolation import restore, snapshot
 from simpg.stuck import Cpu, interrupt, user_position
 
 _CPU = Cpu()  # held by the one simulated rank running in this process
@@ -87,6 +88,7 @@ class RankSlot:
     has_cpu: bool = False
     waiting_for: Waitable | None = None
     rng_state: torch.Tensor | None = None
+    switches: dict[str, Any] = field(default_factory=dict)  # Note [per-rank process state]
     thread: threading.Thread | None = None
     calls: int = 0  # collectives issued so far (fault injection counts these)
 
@@ -102,6 +104,7 @@ class World:
         schedule_seed: int | None = None,
         members_ready: bool = False,
         rng_state: torch.Tensor | None = None,
+        switches: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {size!r}")
@@ -119,6 +122,7 @@ class World:
             self._ranks[0].status = Status.RUNNING
         self._since = time.monotonic()  # when the holder started running, or idling began
         self._rng_state = rng_state if rng_state is not None else torch.get_rng_state()
+        self.switches = switches if switches is not None else snapshot()
         self.failure: BaseException | None = None
         self.failed_rank: int | None = None
         self.on_complete: list[Callable[[object], None]] = []  # trace sinks, see simpg.trace
@@ -160,6 +164,7 @@ class World:
                 raise ValueError(f"rank {rank} joined the world twice")
             me.thread = threading.current_thread()
             me.rng_state = self._rng_state
+            me.switches = dict(self.switches)
             self._local.rank = rank
             if self._holder is None and self.failure is None:
                 self._holder = rank
@@ -343,10 +348,12 @@ class World:
         me.has_cpu = True
         self._since = time.monotonic()
         torch.set_rng_state(me.rng_state)
+        restore(me.switches)
 
     def _give_cpu(self, me: RankSlot) -> None:
         if me.has_cpu:
             me.rng_state = torch.get_rng_state()
+            me.switches = snapshot()
             me.has_cpu = False
             _CPU.release(me)
 

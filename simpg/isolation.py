@@ -1,0 +1,158 @@
+"""Each rank sees what a fresh process would see: per-rank copies of process-wide state.
+
+Note [per-rank process state]
+An unmodified torch program assumes one rank per process. On simpg its ranks are threads of
+one process, so three kinds of state would leak between ranks:
+
+1. thread-local caches keyed without the rank (DTensor's C++ sharding-propagation cache,
+   c10d's group registry): each rank runs on a fresh thread (Note [a fresh thread per rank]);
+2. process-wide caches keyed by a ``DeviceMesh`` (``_gen_transform_infos``, the redistribute
+   planner cache, ``propagate_op_sharding``): torch's meshes compare equal across ranks, and
+   some entries hold the rank's mesh coordinate. A mesh built on a simpg rank gets an
+   identity of its own, a token unique to that rank of that world (``_thread_id``, the field
+   torch's own "threaded" backend sets to the thread id for the same reason; a thread id
+   would be reused by the next world's threads, a token is not);
+3. process-wide switches (below, ``SWITCHES``): since ranks run one at a time
+   (Note [one rank runs at a time]), each rank's values are saved when it gives the CPU away
+   and restored when it takes it back, as torch's CPU RNG state is. A rank starts with the
+   caller's values, and the caller gets its own back when the world ends.
+
+The limits, where simpg cannot give each rank its own copy:
+- state simpg does not know of (another library's module globals, a C++ global that torch
+  adds later) is shared by the ranks; ``SWITCHES`` is the list of what is swapped;
+- switches of a module first imported inside the world, by a rank, are shared until every
+  rank has given the CPU away once (there was no caller value to start from): import
+  torch.distributed.tensor before ``simpg.run``;
+  ``simpg.run`` warns then (``IsolationWarning``);
+- code that runs without the CPU sees whichever rank's values are current: threads a rank
+  starts itself (they run beside the ranks, not in turn), and ranks unwinding after the world
+  failed (the world's result is the failure then).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import itertools
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One piece of process-wide state, saved and restored per rank."""
+
+    module: str  # only touched once this module is imported
+    get: Callable[[Any], Any]  # module -> a copy of the value
+    set: Callable[[Any, Any], None]  # (module, value) -> None
+
+
+def _attr(name: str) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+    return (lambda m: getattr(m, name)), (lambda m, v: setattr(m, name, v))
+
+
+def _handlers(m: Any) -> dict:
+    return m.DTensor._op_dispatcher._custom_op_handlers
+
+
+def _set_handlers(m: Any, value: dict) -> None:
+    handlers = _handlers(m)
+    if handlers != value:
+        handlers.clear()
+        handlers.update(value)
+
+
+SWITCHES: dict[str, Switch] = {
+    "default dtype": Switch("torch", lambda m: m.get_default_dtype(),  # C++, process-wide
+                            lambda m, v: m.set_default_dtype(v)),
+    # loss_parallel() adds its handlers here and removes them on exit
+    "DTensor custom op handlers": Switch("torch.distributed.tensor._api",
+                                         lambda m: dict(_handlers(m)), _set_handlers),
+    "DTensor RNG tracker": Switch("torch.distributed.tensor._random", *_attr("_rng_tracker")),
+    "redistribute min-cost plan flag": Switch(
+        "torch.distributed.tensor._redistribute", *_attr("_FORCE_MIN_COST_REDISTRIBUTION_PLAN")),
+    "redistribute transform-optimization flag": Switch(
+        "torch.distributed.tensor._redistribute",
+        *_attr("_DISABLE_REDISTRIBUTE_TRANSFORM_OPTIMIZATION")),
+}
+
+
+def snapshot() -> dict[str, Any]:
+    """The current values of every switch whose module is imported."""
+    mods = sys.modules
+    return {name: s.get(mods[s.module]) for name, s in SWITCHES.items() if s.module in mods}
+
+
+def restore(saved: dict[str, Any]) -> None:
+    mods = sys.modules
+    for name, value in saved.items():
+        s = SWITCHES[name]
+        s.set(mods[s.module], value)
+
+
+# -- meshes ---------------------------------------------------------------------------------
+
+_tokens = itertools.count(1 << 62)  # far from any real thread id
+_mesh_token: contextvars.ContextVar[int | None] = contextvars.ContextVar("simpg_mesh_token",
+                                                                        default=None)
+
+
+def _rank_token() -> int:
+    token = _mesh_token.get()
+    if token is None:
+        token = next(_tokens)
+        _mesh_token.set(token)
+    return token
+
+
+def _per_rank_mesh(original: Callable[..., None],
+                   rank_context: contextvars.ContextVar) -> Callable[..., None]:
+    @functools.wraps(original)
+    def init(mesh: Any, *args: Any, **kwargs: Any) -> None:
+        original(mesh, *args, **kwargs)
+        if rank_context.get() is not None and getattr(mesh, "_thread_id", None) is None:
+            mesh._thread_id = _rank_token()  # Note [per-rank process state], point 2
+            mesh._hash = None  # computed lazily from _thread_id too
+
+    init.simpg_per_rank = True  # type: ignore[attr-defined]
+    return init
+
+
+_install_lock = threading.Lock()
+
+
+def install() -> None:
+    """Give meshes built on simpg ranks a per-rank identity; idempotent."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from simpg.backend import rank_context  # simpg.backend imports this module's importers
+
+    with _install_lock:
+        if getattr(DeviceMesh.__init__, "simpg_per_rank", False):
+            return
+        DeviceMesh.__init__ = _per_rank_mesh(DeviceMesh.__init__,  # type: ignore[method-assign]
+                                             rank_context)
+
+
+# -- what could not be isolated ------------------------------------------------------------
+
+class IsolationWarning(UserWarning):
+    """Process-wide state was shared between a world's ranks (Note [per-rank process state])."""
+
+
+def warn_late_imports(baseline: dict[str, Any], at_end: dict[str, Any]) -> None:
+    """Warn (from the caller of simpg.run) about switches whose module a rank imported."""
+    late = sorted(set(at_end) - set(baseline))
+    if late:
+        modules = sorted({SWITCHES[name].module for name in late})
+        warnings.warn(f"{', '.join(modules)} was first imported inside a simpg world, so its "
+                      f"process-wide state ({', '.join(late)}) was shared between the ranks "
+                      "until each had run once (Note [per-rank process state]); import it "
+                      "before simpg.run", IsolationWarning, stacklevel=3)
+
+
+__all__ = ["IsolationWarning", "SWITCHES", "install", "restore", "snapshot",
+           "warn_late_imports"]
