@@ -11,6 +11,7 @@ from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
 from dtensor.dispatch import NoShardingRuleError, fallback_policy
+from dtensor.foreign import MixedDTensorError
 from dtensor import decompositions, foreach_norm  # noqa: F401,E402  (Note [decompositions])
 
 __all__ = [
@@ -20,5 +21,5 @@ __all__ = [
     "DeviceMesh", "MeshDimError", "MeshError", "MeshSpec", "current_mesh", "init_device_mesh",
     "redistribute_local_tensor",
     "DTensor", "distribute_tensor", "empty", "full", "ones", "rand", "randn", "zeros",
-    "NoShardingRuleError", "fallback_policy",
+    "MixedDTensorError", "NoShardingRuleError", "fallback_policy",
 ]

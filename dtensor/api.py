@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from dtensor.foreign import refuse_torch_dtensor
 from dtensor.layout import local_shape
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.placements import Placement, Replicate, normalize_placements
@@ -57,6 +58,7 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     >>> simpg.run(body, 2)
     [[0.0, 1.0, 2.0], [3.0, 4.0]]
     """
+    refuse_torch_dtensor(tensor, "distribute_tensor")  # Note [two DTensor libraries]
     device_mesh = resolve_mesh(device_mesh, "distribute_tensor")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
     if device_mesh.get_coordinate() is None:  # not a member: an empty piece, no collective

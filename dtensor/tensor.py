@@ -9,6 +9,7 @@ import torch
 from torch.utils import _foreach_utils
 
 from dtensor import _autograd
+from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
@@ -74,6 +75,10 @@ class DTensor(torch.Tensor):
                            kwargs: dict | None = None) -> Any:
         from dtensor.dispatch import dispatch
 
+        if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
+            from dtensor.foreign import check_dispatch_types
+
+            check_dispatch_types(func, types, args, kwargs or {})
         return dispatch(func, args, kwargs or {})
 
     def pin(self, pinned: bool = True) -> DTensor:
@@ -109,6 +114,7 @@ class DTensor(torch.Tensor):
             raise TypeError("DTensor.from_local takes this rank's piece as a plain tensor, got "
                             f"a DTensor with placements {local_tensor.placements}: use "
                             "redistribute() to change its placements, or to_local() first")
+        refuse_torch_dtensor(local_tensor, "DTensor.from_local")
         mesh = resolve_mesh(device_mesh, "DTensor.from_local")
         placements = normalize_placements(
             placements if placements is not None else [Replicate()] * mesh.ndim,
@@ -150,6 +156,7 @@ class DTensor(torch.Tensor):
         ``backward_dtype`` casts the gradient before the backward ones (it returns in this
         DTensor's dtype). ``async_op=True`` is accepted and finishes before returning."""
         mesh = device_mesh if device_mesh is not None else self._spec.mesh
+        refuse_torch_mesh(mesh, "DTensor.redistribute")
         if mesh != self._spec.mesh:
             raise ValueError(f"redistribute to another mesh is not supported: the DTensor lives on "
                              f"{self._spec.mesh}, got {mesh}")

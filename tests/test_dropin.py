@@ -243,3 +243,36 @@ def test_ranks_outside_a_mesh_hold_empty_pieces_and_wait_for_nothing():
     res = both(4, program)
     assert res["ours"] == res["torch"]
     assert res["ours"][1][0] == ((0,), (4, 2))  # rank 1 is outside [0, 3]
+
+
+def test_mixing_the_two_libraries_says_which_argument_is_whose():
+    # Note [two DTensor libraries] in dtensor/foreign.py
+    from dtensor.foreign import MixedDTensorError
+
+    def body() -> str:
+        _fresh_torch_caches()
+        mesh = dtensor.init_device_mesh("cpu", (2,))
+        torch_mesh = torch_init_device_mesh("cpu", (2,))
+        ours = dtensor.distribute_tensor(torch.ones(4, 4), mesh, [dtensor.Shard(0)])
+        theirs = tdt.distribute_tensor(torch.ones(4, 4), torch_mesh, [tdt.Shard(0)])
+        with pytest.raises(MixedDTensorError, match=r"tensor 0: dtensor.DTensor \(4, 4\), "
+                           r"tensor 1: torch.distributed.tensor.DTensor \(4, 4\)"):
+            ours + theirs
+        with pytest.raises(MixedDTensorError, match=r"aten.mm.default: mixes"):
+            torch.mm(ours, theirs)
+        with pytest.raises(TypeError, match=r"distribute_tensor: got a torch.distributed.tensor "
+                           r"DTensor \(4, 4\) \[Shard\(dim=0\)\]"):
+            dtensor.distribute_tensor(theirs, mesh, [dtensor.Shard(0)])
+        with pytest.raises(TypeError, match=r"DTensor.from_local: got a torch.distributed"):
+            dtensor.DTensor.from_local(theirs, mesh)
+        with pytest.raises(TypeError, match=r"got torch.distributed's DeviceMesh .* build it "
+                           r"with dtensor.init_device_mesh"):
+            ours.redistribute(torch_mesh, [dtensor.Replicate()])
+        with pytest.raises(TypeError, match=r"distribute_tensor: got torch.distributed's Dev"):
+            dtensor.distribute_tensor(torch.ones(2), torch_mesh, [dtensor.Shard(0)])
+        # torch's DTensor first: torch's dispatcher answers first, with its own message
+        with pytest.raises(RuntimeError, match=r"got mixed torch.Tensor and DTensor"):
+            theirs + ours
+        return "ok"
+
+    assert simpg.run(body, 2) == ["ok", "ok"]
