@@ -132,8 +132,8 @@ def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
         t = tensors[key]
         if isinstance(t, DTensor) and any(isinstance(p, Partial) for p in t.placements) \
                 and t.device_mesh.get_coordinate() is not None:
-            with torch.no_grad():
-                out[key] = t.detach().redistribute(placements=[
+            with torch.no_grad():  # not t.detach(): torch's C++ would import its DTensor
+                out[key] = t.redistribute(placements=[
                     Replicate() if isinstance(p, Partial) else p for p in t.placements])
     return out
 

@@ -83,22 +83,26 @@ def encode(value: Any, key: str = "") -> Any:
             return {"__float__": repr(value)}
         return value
     if isinstance(value, tuple):
-        return {"__tuple__": [encode(v, key) for v in value]}
+        return {"__tuple__": [encode(v, _sub(key, i)) for i, v in enumerate(value)]}
     if isinstance(value, list):
-        return [encode(v, key) for v in value]
+        return [encode(v, _sub(key, i)) for i, v in enumerate(value)]
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in value):
-            return {k: encode(v, key) for k, v in value.items()}
+            return {k: encode(v, _sub(key, k)) for k, v in value.items()}
         bad = [k for k in value if not isinstance(k, _SCALARS)]
         if bad:
             raise UnsupportedValueError(f"{key!r}: dict key {bad[0]!r} of type "
                                         f"{type(bad[0]).__name__}: expected str, int, float, "
                                         f"bool or None keys", key=key)
-        return {"__dict__": [[encode(k, key), encode(v, key)] for k, v in value.items()]}
+        return {"__dict__": [[k, encode(v, _sub(key, k))] for k, v in value.items()]}
     raise UnsupportedValueError(
         f"{key!r} holds a {type(value).__name__} ({value!r:.60}): a checkpoint stores tensors "
         f"and JSON-like values (None, bool, int, float, str, lists, tuples, dicts), never "
         f"pickles; convert it to one of those", key=key)
+
+
+def _sub(key: str, part: Any) -> str:
+    return f"{key}.{part}" if key else str(part)
 
 
 def decode(value: Any) -> Any:
