@@ -10,8 +10,10 @@ from simpg import isolation as _isolation
 from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
 from simpg.costmodel import CostModel, LinkModel
-from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
+from simpg.errors import (CollectiveMismatchError, DeadlockError, RankAbandoned, RankFailedError,
+                          SimpgError, UnwaitedWorkError, UnwaitedWorkWarning)
 from simpg.faults import RaiseAt, StallAt
+from simpg.isolation import IsolationWarning
 from simpg.records import CollectiveRecord
 from simpg.runner import run
 from simpg.subtests import SubtestsFailed, run_subtests
@@ -27,12 +29,16 @@ __all__ = [
     "CostModel",
     "LinkModel",
     "DeadlockError",
+    "IsolationWarning",
     "RaiseAt",
+    "RankAbandoned",
     "RankFailedError",
     "SimpgError",
     "StallAt",
     "SubtestsFailed",
     "Trace",
+    "UnwaitedWorkError",
+    "UnwaitedWorkWarning",
     "run",
     "run_subtests",
     "trace",

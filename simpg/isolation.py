@@ -20,10 +20,10 @@ one process, so three kinds of state would leak between ranks:
 The limits, where simpg cannot give each rank its own copy:
 - state simpg does not know of (another library's module globals, a C++ global that torch
   adds later) is shared by the ranks; ``SWITCHES`` is the list of what is swapped;
-- switches of a module first imported inside the world, by a rank, are shared until every
-  rank has given the CPU away once (there was no caller value to start from): import
-  torch.distributed.tensor before ``simpg.run``;
-  ``simpg.run`` warns then (``IsolationWarning``);
+- a module first imported inside the world, by a rank, had no caller value to start from:
+  the other ranks start from the importing rank's values when it first gives the CPU away.
+  If it changed one by then (entered ``loss_parallel`` before its first collective),
+  ``simpg.run`` warns (``IsolationWarning``). Import torch.distributed.tensor first;
 - code that runs without the CPU sees whichever rank's values are current: threads a rank
   starts itself (they run beside the ranks, not in turn), and ranks unwinding after the world
   failed (the world's result is the failure then).
@@ -48,14 +48,22 @@ class Switch:
     module: str  # only touched once this module is imported
     get: Callable[[Any], Any]  # module -> a copy of the value
     set: Callable[[Any, Any], None]  # (module, value) -> None
+    fresh: Callable[[Any], bool]  # whether a value is what a fresh process has
 
 
-def _attr(name: str) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
-    return (lambda m: getattr(m, name)), (lambda m, v: setattr(m, name, v))
+def _attr(name: str, default: Any) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None],
+                                            Callable[[Any], bool]]:
+    return ((lambda m: getattr(m, name)), (lambda m, v: setattr(m, name, v)),
+            (lambda v: v is default))
 
 
 def _handlers(m: Any) -> dict:
     return m.DTensor._op_dispatcher._custom_op_handlers
+
+
+def _no_loss_handlers(value: dict) -> bool:
+    loss = sys.modules.get("torch.distributed.tensor.parallel.loss")
+    return loss is None or not set(value) & set(loss.customized_loss_ops)
 
 
 def _set_handlers(m: Any, value: dict) -> None:
@@ -67,16 +75,19 @@ def _set_handlers(m: Any, value: dict) -> None:
 
 SWITCHES: dict[str, Switch] = {
     "default dtype": Switch("torch", lambda m: m.get_default_dtype(),  # C++, process-wide
-                            lambda m, v: m.set_default_dtype(v)),
+                            lambda m, v: m.set_default_dtype(v), lambda v: True),
     # loss_parallel() adds its handlers here and removes them on exit
     "DTensor custom op handlers": Switch("torch.distributed.tensor._api",
-                                         lambda m: dict(_handlers(m)), _set_handlers),
-    "DTensor RNG tracker": Switch("torch.distributed.tensor._random", *_attr("_rng_tracker")),
+                                         lambda m: dict(_handlers(m)), _set_handlers,
+                                         _no_loss_handlers),
+    "DTensor RNG tracker": Switch("torch.distributed.tensor._random",
+                                  *_attr("_rng_tracker", None)),
     "redistribute min-cost plan flag": Switch(
-        "torch.distributed.tensor._redistribute", *_attr("_FORCE_MIN_COST_REDISTRIBUTION_PLAN")),
+        "torch.distributed.tensor._redistribute",
+        *_attr("_FORCE_MIN_COST_REDISTRIBUTION_PLAN", None)),
     "redistribute transform-optimization flag": Switch(
         "torch.distributed.tensor._redistribute",
-        *_attr("_DISABLE_REDISTRIBUTE_TRANSFORM_OPTIMIZATION")),
+        *_attr("_DISABLE_REDISTRIBUTE_TRANSFORM_OPTIMIZATION", False)),
 }
 
 
@@ -143,16 +154,29 @@ class IsolationWarning(UserWarning):
     """Process-wide state was shared between a world's ranks (Note [per-rank process state])."""
 
 
-def warn_late_imports(baseline: dict[str, Any], at_end: dict[str, Any]) -> None:
-    """Warn (from the caller of simpg.run) about switches whose module a rank imported."""
-    late = sorted(set(at_end) - set(baseline))
-    if late:
-        modules = sorted({SWITCHES[name].module for name in late})
-        warnings.warn(f"{', '.join(modules)} was first imported inside a simpg world, so its "
-                      f"process-wide state ({', '.join(late)}) was shared between the ranks "
-                      "until each had run once (Note [per-rank process state]); import it "
-                      "before simpg.run", IsolationWarning, stacklevel=3)
+def adopt(baseline: dict[str, Any], seen: dict[str, Any]) -> list[str]:
+    """Switches in ``seen`` (a rank's snapshot) whose module was imported inside the world:
+    add them to the world's ``baseline``, which the other ranks start from; return those that
+    the importing rank had already changed (shared with the other ranks: the limit)."""
+    changed = []
+    for name, value in seen.items():
+        if name not in baseline:
+            baseline[name] = value
+            if not SWITCHES[name].fresh(value):
+                changed.append(name)
+    return changed
 
 
-__all__ = ["IsolationWarning", "SWITCHES", "install", "restore", "snapshot",
-           "warn_late_imports"]
+def warn_shared(names: list[str]) -> None:
+    """Warn (from the caller of simpg.run) about switches the ranks shared."""
+    if names:
+        modules = sorted({SWITCHES[name].module for name in names})
+        warnings.warn(f"{', '.join(modules)} was first imported inside a simpg world and the "
+                      f"importing rank changed {', '.join(sorted(set(names)))} before its first "
+                      "collective: the other ranks started from its values, not a fresh "
+                      "process's (Note [per-rank process state]); import it before simpg.run",
+                      IsolationWarning, stacklevel=3)
+
+
+__all__ = ["IsolationWarning", "SWITCHES", "adopt", "install", "restore", "snapshot",
+           "warn_shared"]

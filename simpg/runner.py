@@ -17,7 +17,7 @@ from simpg.backend import new_world, rank_context
 from simpg.c10d_state import RankC10dState, current_state
 from simpg.errors import RankAbandoned, SimpgError
 from simpg.faults import Fault, check_faults
-from simpg.isolation import restore, snapshot, warn_late_imports
+from simpg.isolation import restore, snapshot, warn_shared
 from simpg.stuck import clear_interrupt
 from simpg.unwaited import check_unwaited
 from simpg.trace import active_sinks
@@ -137,13 +137,12 @@ def run(
     finally:
         with _CPU:
             torch.set_rng_state(caller_rng)
-            late = snapshot()
             restore(caller_switches)
         sys.excepthook = caller_hook
     if world.failure is not None:
         _raise_failure(world)
     check_unwaited(world.rendezvous, strict_async)  # type: ignore[arg-type]
-    warn_late_imports(caller_switches, late)
+    warn_shared(world.shared_switches)
     return results
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
-from simpg.isolation import restore, snapshot
+from simpg.isolation import adopt, restore, snapshot
 from simpg.stuck import Cpu, interrupt, user_position
 
 _CPU = Cpu()  # held by the one simulated rank running in this process
@@ -123,6 +123,7 @@ class World:
         self._since = time.monotonic()  # when the holder started running, or idling began
         self._rng_state = rng_state if rng_state is not None else torch.get_rng_state()
         self.switches = switches if switches is not None else snapshot()
+        self.shared_switches: list[str] = []  # Note [per-rank process state], the limits
         self.failure: BaseException | None = None
         self.failed_rank: int | None = None
         self.on_complete: list[Callable[[object], None]] = []  # trace sinks, see simpg.trace
@@ -348,12 +349,16 @@ class World:
         me.has_cpu = True
         self._since = time.monotonic()
         torch.set_rng_state(me.rng_state)
+        if len(me.switches) < len(self.switches):  # a module imported inside the world
+            me.switches = {**self.switches, **me.switches}
         restore(me.switches)
 
     def _give_cpu(self, me: RankSlot) -> None:
         if me.has_cpu:
             me.rng_state = torch.get_rng_state()
             me.switches = snapshot()
+            if len(me.switches) > len(self.switches):
+                self.shared_switches += adopt(self.switches, me.switches)
             me.has_cpu = False
             _CPU.release(me)
 

@@ -162,8 +162,9 @@ _LATE_IMPORT = """
 import warnings, torch.distributed as dist, simpg
 assert "torch.distributed.tensor" not in __import__("sys").modules
 def body():
-    import torch.distributed.tensor  # first imported by a rank: the limit
-    dist.barrier()
+    from torch.distributed.tensor.parallel import loss_parallel  # first imported by a rank
+    with loss_parallel():  # and changed before its first collective: the limit
+        dist.barrier()
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     simpg.run(body, 2)
@@ -174,5 +175,5 @@ print([str(w.message) for w in seen if w.category.__name__ == "IsolationWarning"
 def test_a_module_first_imported_inside_the_world_is_reported():
     out = subprocess.run([sys.executable, "-c", _LATE_IMPORT], capture_output=True, text=True,
                          timeout=300, check=True).stdout
-    assert "torch.distributed.tensor._api" in out and "was first imported inside a simpg" in out
-    assert "DTensor custom op handlers" in out
+    assert "torch.distributed.tensor._api was first imported inside a simpg world" in out
+    assert "changed DTensor custom op handlers before its first collective" in out
