@@ -48,8 +48,13 @@ class _Record:
     kind = ""
 
     def __setstate__(self, state: Any) -> None:
-        if isinstance(state, tuple):  # (dict, slots) from classes with __slots__
+        if self.kind == "TensorProperties" and isinstance(state, tuple) and len(state) == 5:
+            # its own __getstate__: (dtype, layout, requires_grad, memory format, pin_memory)
+            state = {"dtype": state[0], "requires_grad": state[2]}
+        elif isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
             state = {**(state[0] or {}), **(state[1] or {})}
+        if not isinstance(state, dict):
+            raise CorruptCheckpointError(f"DCP metadata: unexpected state for {self.kind}")
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
@@ -63,8 +68,12 @@ def _record(name: str) -> type:
 _RECORDS = {name: _record(name) for name in (
     "Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata",
     "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_StorageInfo")}
-_ALLOWED = {("torch", "Size"): torch.Size, ("pathlib", "PosixPath"): str,
-            ("pathlib", "WindowsPath"): str}
+def _path(*parts: str) -> str:
+    return os.path.join(*parts)  # a pathlib path pickles as its parts
+
+
+_ALLOWED = {("torch", "Size"): torch.Size, ("pathlib", "PosixPath"): _path,
+            ("pathlib", "WindowsPath"): _path}
 
 
 class _Unpickler(pickle.Unpickler):
@@ -109,8 +118,7 @@ def load_torch_dcp(state: dict, path: str | os.PathLike) -> LoadReport:
     except Exception as e:
         raise CorruptCheckpointError(f"{where}: unreadable DCP metadata ({e})",
                                      file=where) from None
-    storage = {(k.fqn, tuple(k.offset) if k.offset is not None else None): v
-               for k, v in meta.storage_data.items()}
+    storage = {(k.fqn, _offset(k)): v for k, v in meta.storage_data.items()}
     stats = {"bytes": len(raw), "chunks": 0}
     files: set[str] = set()
 
@@ -159,6 +167,11 @@ def load_torch_dcp(state: dict, path: str | os.PathLike) -> LoadReport:
     fill(state, load_tensor, load_value)
     return LoadReport(path, stats["bytes"], stats["chunks"], len(files),
                       time.perf_counter() - start)
+
+
+def _offset(index: Any) -> tuple | None:
+    offset = getattr(index, "offset", None)  # absent for non-tensor items
+    return None if offset is None else tuple(offset)
 
 
 def _missing(meta: Any, key: str, where: str, md: Any) -> None:
