@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,14 +74,22 @@ def view_of(t: torch.Tensor, key: str) -> tuple[TensorView, torch.Tensor | None]
         root, root_dims = mesh.root_mesh()
         root_coord = root.get_coordinate()
         sharding = {root_dims[m] for m, p in enumerate(t.placements) if isinstance(p, Shard)}
-        first = root_coord is not None and all(
-            c == 0 for d, c in enumerate(root_coord) if d not in sharding)
+        first = root_coord is not None and first_replica(root_coord, sharding)
         view = TensorView(tuple(t.shape), t.dtype, tuple(t.placements), tuple(mesh.shape),
                           None if coord is None else tuple(coord), first)
         return view, (t._local_tensor if coord is not None else None)
     if hasattr(t, "device_mesh") and hasattr(t, "placements") and hasattr(t, "_local_tensor"):
         return _torch_view(t, key)
     return TensorView(tuple(t.shape), t.dtype, (), (), (), True), t
+
+
+def first_replica(coordinate: Sequence[int], sharding: set[int]) -> bool:
+    """Note [one writer]: coordinate 0 on every mesh dim that does not shard the tensor.
+
+    >>> [first_replica(c, {1}) for c in [(0, 0), (0, 1), (1, 0)]]
+    [True, True, False]
+    """
+    return all(c == 0 for d, c in enumerate(coordinate) if d not in sharding)
 
 
 def _torch_view(t: Any, key: str) -> tuple[TensorView, torch.Tensor | None]:
@@ -99,8 +108,8 @@ def _torch_view(t: Any, key: str) -> tuple[TensorView, torch.Tensor | None]:
             placements.append(Replicate())
     coord = t.device_mesh.get_coordinate()
     coord = None if coord is None else tuple(coord)
-    first = coord is not None and all(c == 0 for p, c in zip(placements, coord)
-                                      if not isinstance(p, Shard))
+    first = coord is not None and first_replica(
+        coord, {m for m, p in enumerate(placements) if isinstance(p, Shard)})
     view = TensorView(tuple(t.shape), t.dtype, tuple(placements), tuple(t.device_mesh.shape),
                       coord, first)
     return view, (t._local_tensor if coord is not None else None)
