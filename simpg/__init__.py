@@ -10,8 +10,15 @@ from simpg import isolation as _isolation
 from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
 from simpg.costmodel import CostModel, LinkModel
-from simpg.errors import (CollectiveMismatchError, DeadlockError, RankAbandoned, RankFailedError,
-                          SimpgError, UnwaitedWorkError, UnwaitedWorkWarning)
+from simpg.errors import (
+                          CollectiveMismatchError,
+                          DeadlockError,
+                          RankAbandoned,
+                          RankFailedError,
+                          SimpgError,
+                          UnwaitedWorkError,
+                          UnwaitedWorkWarning,
+)
 from simpg.faults import RaiseAt, StallAt
 from simpg.isolation import IsolationWarning
 from simpg.records import CollectiveRecord

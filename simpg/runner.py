@@ -19,8 +19,8 @@ from simpg.errors import RankAbandoned, SimpgError
 from simpg.faults import Fault, check_faults
 from simpg.isolation import restore, snapshot, warn_shared
 from simpg.stuck import clear_interrupt
-from simpg.unwaited import check_unwaited
 from simpg.trace import active_sinks
+from simpg.unwaited import check_unwaited
 from simpg.world import _CPU, World
 
 T = TypeVar("T")

@@ -12,9 +12,13 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
-from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                               SequenceParallel, loss_parallel,
-                                               parallelize_module)
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
 
 import simpg
 
@@ -135,7 +139,8 @@ def test_torch_dtensor_equals_single_device_under_every_schedule(name):
     for seed in SEEDS:
         for rank, got in enumerate(simpg.run(program, world_size, schedule_seed=seed)):
             for g, e in zip(got, expected, strict=True):
-                torch.testing.assert_close(g, e, msg=lambda m: f"seed {seed}, rank {rank}: {m}")
+                where = f"seed {seed}, rank {rank}"
+                torch.testing.assert_close(g, e, msg=lambda m, where=where: f"{where}: {m}")
 
 
 def test_meshes_of_different_ranks_and_worlds_differ():

@@ -131,7 +131,7 @@ def test_except_exception_in_user_code_does_not_swallow_the_interrupt():
         while True:
             try:
                 _spin_forever()
-            except Exception:  # noqa: BLE001 - what careless user code does
+            except Exception:  # noqa: BLE001, S110 - what careless user code does
                 pass
 
     with pytest.raises(simpg.DeadlockError):
