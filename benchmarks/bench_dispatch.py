@@ -24,6 +24,11 @@ import torch.distributed as dist
 import dtensor
 import simpg
 
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures
+except ImportError:
+    from benchmarks import readme_figures
+
 warnings.filterwarnings("ignore")
 N = 8
 
@@ -89,18 +94,26 @@ def body(iters: int, rounds: int) -> dict[str, dict[str, float]] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--write-readme", action="store_true",
+                        help="also rewrite this benchmark's block of README.md")
     args = parser.parse_args()
     iters, rounds = (50, 3) if args.quick else (300, 5)
     figures = simpg.run(body, 4, iters, rounds, timeout=600)[0]
     flag = " --quick" if args.quick else ""
-    print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{flag}")
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
-          f"{datetime.datetime.now().isoformat(timespec='seconds')}, 4 simpg ranks, 8x8 float32\n")
-    print("| op | plain (µs) | ours (µs) | torch DTensor (µs) | ours / torch |")
-    print("|---|---:|---:|---:|---:|")
-    for name, f in figures.items():
-        print(f"| {name} | {f['plain']:.1f} | {f['ours']:.1f} | {f['torch']:.1f} | "
-              f"{f['ours'] / f['torch']:.2f} |")
+    with readme_figures.tee() as report:
+        print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{flag}")
+        print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
+              f"{datetime.datetime.now().isoformat(timespec='seconds')}, 4 simpg ranks, "
+              "8x8 float32\n")
+        print("| op | plain (µs) | ours (µs) | torch DTensor (µs) | ours / torch |")
+        print("|---|---:|---:|---:|---:|")
+        for name, f in figures.items():
+            print(f"| {name} | {f['plain']:.1f} | {f['ours']:.1f} | {f['torch']:.1f} | "
+                  f"{f['ours'] / f['torch']:.2f} |")
+    if args.write_readme:
+        readme_figures.write_readme("bench-dispatch", report.getvalue(),
+                                    f".venv/bin/python benchmarks/bench_dispatch.py{flag} "
+                                    "--write-readme")
 
 
 if __name__ == "__main__":

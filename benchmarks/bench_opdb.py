@@ -25,6 +25,11 @@ import subprocess
 import sys
 import time
 
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures
+except ImportError:
+    from benchmarks import readme_figures
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -138,6 +143,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", type=int, default=60)
+    ap.add_argument("--write-readme", action="store_true",
+                    help="also rewrite this benchmark's block of README.md")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, ROOT)
@@ -145,16 +152,23 @@ def main() -> None:
     t = theirs(keys)
     o = ours(keys)
     rate_t, rate_o = t["cases"] / t["seconds"], o["cases"] / o["seconds"]
-    print(f"op_db sweep, {len(keys)} OpInfos (first sample each), {os.cpu_count()} CPUs")
-    print(f"{'harness':<44}{'cases':>8}{'seconds':>9}{'cases/s':>10}{'cases/op':>10}")
-    print(f"{'torch-style (DTensorConverter, threaded pg)':<44}{t['cases']:>8}"
-          f"{t['seconds']:>9.2f}{rate_t:>10.1f}{t['cases'] / len(keys):>10.1f}")
-    print(f"{'ours (opdb_tests, simpg)':<44}{o['cases']:>8}{o['seconds']:>9.2f}{rate_o:>10.1f}"
-          f"{o['cases'] / len(keys):>10.1f}")
-    print(f"speed-up: {rate_o / rate_t:.1f}x cases/s; {o['cases'] / max(t['cases'], 1):.1f}x "
-          f"cases per op (torch-style: Replicate and even Shard on a 4-rank 1-D mesh, forward; "
-          f"ours: every rule strategy + R/S/uneven S/Partial on 1-D and 2-D meshes, forward "
-          f"and backward)")
+    with readme_figures.tee() as report:
+        print(f"op_db sweep, {len(keys)} OpInfos (first sample each), {os.cpu_count()} CPUs")
+        print(f"{'harness':<44}{'cases':>8}{'seconds':>9}{'cases/s':>10}{'cases/op':>10}")
+        print(f"{'torch-style (DTensorConverter, threaded pg)':<44}{t['cases']:>8}"
+              f"{t['seconds']:>9.2f}{rate_t:>10.1f}{t['cases'] / len(keys):>10.1f}")
+        print(f"{'ours (opdb_tests, simpg)':<44}{o['cases']:>8}{o['seconds']:>9.2f}"
+              f"{rate_o:>10.1f}{o['cases'] / len(keys):>10.1f}")
+        print(f"speed-up: {rate_o / rate_t:.1f}x cases/s; "
+              f"{o['cases'] / max(t['cases'], 1):.1f}x "
+              f"cases per op (torch-style: Replicate and even Shard on a 4-rank 1-D mesh, "
+              f"forward; "
+              f"ours: every rule strategy + R/S/uneven S/Partial on 1-D and 2-D meshes, forward "
+              f"and backward)")
+    if args.write_readme:  # a text table: fenced, so that markdown keeps its columns
+        readme_figures.write_readme("bench-opdb", f"```text\n{report.getvalue().strip()}\n```",
+                                    f".venv/bin/python benchmarks/bench_opdb.py --ops {args.ops} "
+                                    "--write-readme")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,11 @@ import dtensor
 import simpg
 from simpg.testing import torch_meshes_per_rank
 
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures
+except ImportError:
+    from benchmarks import readme_figures
+
 MESHES = ((4,), (2, 2), (2, 4))
 SHAPES = ((8, 4), (7, 5))
 NAMES = ("S(0)", "S(1)", "R", "P")  # P is Partial(sum)
@@ -223,6 +228,8 @@ def fmt(p: tuple[str, ...]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only mesh (2, 4) x shape (7, 5)")
+    parser.add_argument("--write-readme", action="store_true",
+                        help="also rewrite this benchmark's block of README.md")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # torch warns and logs (CPU all_to_all fallback,
     logging.disable(logging.WARNING)  # gathers in several steps) on every rank for every pair
@@ -241,16 +248,24 @@ def main() -> None:
         everything += [(mesh_shape, shape) + r for r in rows]
     totals = tally([r[2:] for r in everything])
 
-    print(f"# redistribute bytes: ours vs torch.distributed.tensor {torch.__version__}")
-    print(f"`{' '.join([sys.executable.split('/')[-1]] + sys.argv)}` on "
-          f"{datetime.datetime.now().isoformat(timespec='seconds')}; float32, bytes received "
-          f"summed over ranks (simpg trace, ring algorithms)")
-    print("bound = our planner's plan_bytes, equal to the brute-force minimum over step "
-          "sequences on these meshes (tests/test_planner.py)\n")
-    print("| mesh | shape | " + " | ".join(COLUMNS) + " |")
-    print("|" + "---|" * (len(COLUMNS) + 2))
-    for mesh_s, shape_s, t in table + [("total", "", totals)]:
-        print(f"| {mesh_s} | {shape_s} | " + " | ".join(str(t[k]) for k in COLUMNS) + " |")
+    with readme_figures.tee() as report:
+        print(f"# redistribute bytes: ours vs torch.distributed.tensor {torch.__version__}")
+        print(f"`{' '.join([sys.executable.split('/')[-1]] + sys.argv)}` on "
+              f"{datetime.datetime.now().isoformat(timespec='seconds')}; float32, bytes "
+              f"received summed over ranks (simpg trace, ring algorithms)")
+        print("bound = our planner's plan_bytes, equal to the brute-force minimum over step "
+              "sequences on these meshes (tests/test_planner.py)\n")
+        print("| mesh | shape | " + " | ".join(COLUMNS) + " |")
+        print("|" + "---|" * (len(COLUMNS) + 2))
+        for mesh_s, shape_s, t in table + [("total", "", totals)]:
+            print(f"| {mesh_s} | {shape_s} | "
+                  + " | ".join(str(t[k]) for k in COLUMNS) + " |")
+    if args.write_readme:
+        # the report's title would be a heading of the README: plain text there
+        readme_figures.write_readme("bench-redistribute", report.getvalue().removeprefix("# "),
+                                    " ".join([".venv/bin/python",
+                                              "benchmarks/bench_redistribute.py",
+                                              *sys.argv[1:]]))
 
     def ratio(r) -> float:
         _, _, _, _, ours, torch_ = r

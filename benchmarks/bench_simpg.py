@@ -28,6 +28,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures
+except ImportError:
+    from benchmarks import readme_figures
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4, 8)
 BACKENDS = ("simpg", "torch_mt", "gloo")
@@ -266,6 +271,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no gloo at 8")
     parser.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--write-readme", action="store_true",
+                        help="also rewrite this benchmark's block of README.md")
     args = parser.parse_args()
     reps = repeats(args.quick)
 
@@ -287,7 +294,11 @@ def main() -> None:
                 continue
             with open(out) as f:  # JSON keys are strings
                 results[backend] = {int(n): figs for n, figs in json.load(f).items()}
-    print_table(results, failed, [os.path.relpath(sys.executable), *sys.argv])
+    with readme_figures.tee() as report:
+        print_table(results, failed, [os.path.relpath(sys.executable), *sys.argv])
+    if args.write_readme and not failed:
+        readme_figures.write_readme("bench-simpg", report.getvalue(), " ".join(
+            [".venv/bin/python", "benchmarks/bench_simpg.py", *sys.argv[1:]]))
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")
 

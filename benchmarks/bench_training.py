@@ -74,6 +74,11 @@ from examples import train  # noqa: E402
 from examples.models import llama  # noqa: E402
 from examples.train_report import collective_summary, unique_records  # noqa: E402
 
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures  # noqa: E402
+except ImportError:
+    from benchmarks import readme_figures  # noqa: E402
+
 LIBS = ("ours", "torch")
 FULL = "fsdp+tp+sp+loss"  # fully sharded over dp, tensor + sequence + loss parallel over tp
 TP_ONLY = "tp+sp+loss"  # the fallback: tensor parallel alone on a 1 x tp mesh
@@ -122,6 +127,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ours-attention", choices=("default", "math"), default="default",
                    help="ours' attention kernel (torch's side always runs the math form)")
     p.add_argument("--quick", action="store_true", help="2 steps of 8 tokens")
+    p.add_argument("--write-readme", action="store_true",
+                   help="also rewrite this run's block of README.md (simulated or --gloo)")
     p.add_argument("--gloo", action="store_true",
                    help="2 real gloo processes instead of simpg (no collective figures)")
     # one gloo worker process: rank, TCPStore port, output file (started by --gloo)
@@ -521,7 +528,12 @@ def main(argv: list[str] | None = None) -> int:
         reference = single_device_losses(args)
     else:
         sides, reference = compare(args)
-    ok = print_report(args, sides, reference, simulated=not args.gloo, command=command)
+    with readme_figures.tee() as report:
+        ok = print_report(args, sides, reference, simulated=not args.gloo, command=command)
+    if args.write_readme and ok:
+        readme_figures.write_readme("bench-training-gloo" if args.gloo else "bench-training",
+                                    readme_figures.through_first_table(report.getvalue()),
+                                    command)
     return 0 if ok else 1
 
 

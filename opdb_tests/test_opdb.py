@@ -90,8 +90,8 @@ def run_and_judge(e: Entry, cfg: sweep.Config) -> tuple[sweep.Result, list[str]]
     reason NO_CASES lists for it (unlisted: a problem), failures are judged by kind."""
     r = sweep.sweep_entry(e, cfg)
     if r.random:
-        return r, [f"{e.key} calls {r.random} (random): list it in SKIP of "
-                   "opdb_tests/expected_failures.py"]
+        return r, [(f"{e.key} calls {r.random} (random): list it in SKIP of "
+                    "opdb_tests/expected_failures.py")]
     problems = expectations.judge(e.key, _tiers(r) if r.cases else [], r.failures)
     if not r.failed(GENERATION):
         no_case = expectations.judge_no_cases(e.key, r.cases, r.no_cases)
