@@ -5,6 +5,8 @@ sequence + loss parallel, and check every step's loss against one device.
     python -m examples.train --mesh 2x2 --steps 20 --model small
     torchrun --nproc-per-node 2 -m examples.train --mesh 1x2          # real gloo processes
     torchrun --nproc-per-node 8 -m examples.train --mesh 2x4 --cuda   # NCCL, one GPU a rank
+    python -m examples.train --steps 3 --save ck            # then resume on another mesh:
+    python -m examples.train --steps 6 --resume ck --mesh 4x2
 
 The same function, ``train_rank``, runs on every rank in both cases: nothing in it knows
 whether the ranks are simulated. It prints the loss per step beside the single-device loss
@@ -48,6 +50,7 @@ class RankResult:
     state: dict[str, int] = field(default_factory=dict)
     records: list[Any] = field(default_factory=list)  # simulated runs: the traced collectives
     seconds: float = 0.0
+    first_step: int = 0  # --resume: the step the checkpoint left off at (losses start there)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Perfetto trace of the simulated run's collectives ('' to skip)")
     p.add_argument("--json", default="", help="write the losses and tables here")
     p.add_argument("--quiet", action="store_true", help="only the loss table and the verdict")
+    p.add_argument("--save", default="", metavar="DIR",
+                   help="after the last step, save the model and optimizer state to DIR "
+                   "(dtensor.checkpoint: sharded, atomic; loadable on any mesh)")
+    p.add_argument("--resume", default="", metavar="DIR",
+                   help="load the model and optimizer state saved in DIR (on any mesh) and "
+                   "train from its step up to --steps")
     args = p.parse_args(argv)
     try:
         args.dp_size, args.tp_size = (int(x) for x in args.mesh.lower().split("x"))
@@ -159,11 +168,12 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
     model = parallelize(build_model(args).to(device), mesh, args)
     opt = make_optimizer(model.parameters(), args)
     dp_rank, dp_size = mesh.get_local_rank("dp"), args.dp_size
+    first_step = load_checkpoint(model, opt, args.resume) if args.resume else 0
     local_losses: list[torch.Tensor] = []
     records: list[Any] = []
     start = time.perf_counter()
     state: dict[str, int] = {}
-    for step in _progress(range(args.steps), args):
+    for step in _progress(range(first_step, args.steps), args):
         inputs, targets = batch(args, step, model.config.vocab_size)
         rows = slice(dp_rank * args.batch // dp_size, (dp_rank + 1) * args.batch // dp_size)
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
@@ -183,6 +193,8 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
         value = loss.full_tensor() if isinstance(loss, DTensor) else loss
         local_losses.append(value.detach().reshape(1))
     seconds = time.perf_counter() - start
+    if args.save:
+        save_checkpoint(model, opt, max(args.steps, first_step), args.save)
     losses = torch.cat(local_losses) if local_losses else torch.zeros(0)
     if dp_size > 1:  # each dp rank's loss is the mean of its share: average the shares
         dist.all_reduce(losses, op=dist.ReduceOp.SUM, group=mesh.get_group("dp"))
@@ -191,7 +203,33 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
                _local(p).numel() * _local(p).element_size(), p.element_size())
               for name, p in model.named_parameters()]
     return RankResult(dist.get_rank(), mesh.get_coordinate() or [], losses.tolist(), params,
-                      state, records, seconds)
+                      state, records, seconds, first_step)
+
+
+def _checkpoint_state(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int) -> dict:
+    # keep_vars: the parameters themselves, so a load fills them in place
+    return {"model": model.state_dict(keep_vars=True), "optim": opt.state_dict(),
+            "step": step}
+
+
+def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int,
+                    path: str) -> None:
+    """--save: every rank writes its own pieces; published atomically (dtensor.checkpoint)."""
+    from dtensor import checkpoint
+
+    checkpoint.save(_checkpoint_state(model, opt, step), path)
+
+
+def load_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, path: str) -> int:
+    """--resume: fill the model and optimizer, in this run's layout, from a checkpoint saved
+    on any mesh; returns the step it was saved after."""
+    from dtensor import checkpoint
+
+    checkpoint.init_optimizer_state(opt)  # AdamW makes its moments at the first step
+    state = _checkpoint_state(model, opt, 0)
+    checkpoint.load(state, path)
+    opt.load_state_dict(state["optim"])
+    return int(state["step"])
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
@@ -249,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - start
     if results is None:
         return 0  # not rank 0
-    reference = single_device_losses(args)
+    first = results[0].first_step
+    reference = single_device_losses(args)[first:]
+    if first:  # the reference trained from scratch: the same weights, up to float rounding
+        print(f"resumed from {args.resume} after step {first}: the loss table's step 0 is "
+              f"step {first}")
     ok = report(args, results, reference, elapsed, simulated=not under_torchrun)
     if args.json:
         with open(args.json, "w") as f:
