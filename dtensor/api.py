@@ -58,6 +58,9 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     >>> simpg.run(body, 2)
     [[0.0, 1.0, 2.0], [3.0, 4.0]]
     """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"distribute_tensor: tensor must be a torch.Tensor, got "
+                        f"{type(tensor).__name__}")
     refuse_torch_dtensor(tensor, "distribute_tensor")  # Note [two DTensor libraries]
     device_mesh = resolve_mesh(device_mesh, "distribute_tensor")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
@@ -87,7 +90,10 @@ def _shape(size: tuple) -> tuple[int, ...]:
     """``zeros(2, 3)`` and ``zeros((2, 3))`` alike."""
     if len(size) == 1 and not isinstance(size[0], int):
         size = tuple(size[0])
-    return tuple(int(s) for s in size)
+    shape = tuple(int(s) for s in size)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"size {shape}: expected sizes >= 0")
+    return shape
 
 
 def _factory(make: Callable[[tuple[int, ...]], torch.Tensor], size: tuple,

@@ -193,12 +193,18 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
                pinned: frozenset[int]) -> _Plan | None:
     """None when the output shape depends on the data (no meta kernel, e.g. a boolean-mask
-    index): such a call takes the fallback, which computes on the full tensors."""
+    index): such a call takes the fallback, which computes on the full tensors. Any other
+    error of the meta call is the op refusing its arguments (``view(5, -1)`` of 12 elements):
+    it is raised here, as one device would, rather than after gathering."""
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
     try:
         metas = _output_meta(op)
-    except (NotImplementedError, RuntimeError):
+    except NotImplementedError:
         return None
+    except RuntimeError as e:
+        if "meta" in str(e).lower():  # e.g. item() or repeat_interleave on meta tensors
+            return None
+        raise
     decision = decide(op, _written(func, op) | pinned)
     specs = []
     for meta, p in zip(metas, decision.chosen.outputs):

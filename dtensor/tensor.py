@@ -141,9 +141,12 @@ class DTensor(torch.Tensor):
     def to_local(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """This rank's piece; differentiable (the gradient arrives in ``grad_placements``,
         by default this DTensor's placements)."""
+        gp = None
+        if grad_placements is not None:  # checked now, not when a backward finds it wrong
+            gp = normalize_placements(grad_placements, self.dim(), self._spec.mesh.ndim,
+                                      shape=self.shape)
         if not torch.is_grad_enabled():
             return self._local_tensor
-        gp = tuple(grad_placements) if grad_placements is not None else None
         return _autograd.ToLocal.apply(self, gp)
 
     def redistribute(self, device_mesh: DeviceMesh | None = None,
@@ -162,6 +165,10 @@ class DTensor(torch.Tensor):
                              f"{self._spec.mesh}, got {mesh}")
         if placements is None:
             raise ValueError("redistribute needs placements, one per mesh dim")
+        for name, dt in (("forward_dtype", forward_dtype), ("backward_dtype", backward_dtype)):
+            if dt is not None and not isinstance(dt, torch.dtype):
+                raise TypeError(f"redistribute: {name} must be a torch.dtype (e.g. "
+                                f"torch.bfloat16), got {dt!r}")
         target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
         return _autograd.Redistribute.apply(self, target, async_op, forward_dtype,
                                             backward_dtype)

@@ -127,6 +127,8 @@ def data_parallel_state(module: nn.Module) -> _State | None:
 def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str,
                    reshard_after_forward: bool) -> nn.Module:
     what = "fully_shard" if mode == "shard" else "replicate"
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{what}: expected an nn.Module, got {type(module).__name__}")
     existing = data_parallel_state(module)
     if existing is not None:
         raise FullyShardError(f"{what}({type(module).__name__}): the module is already "
