@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from dtensor.checkpoint import commit, metadata
-from dtensor.checkpoint.errors import (CheckpointError, IncompleteCheckpointError,
+from dtensor.checkpoint.errors import (CheckpointError, CorruptCheckpointError,
+                                       IncompleteCheckpointError,
                                        MissingKeyError, StateMismatchError)
-from dtensor.checkpoint.pieces import overlaps, relative, view_of
+from dtensor.checkpoint.pieces import chunk_name, grid, overlaps, relative, view_of
 from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
 from dtensor.checkpoint.tree import decode, fill
 from dtensor.layout import box_intersect, box_numel
@@ -125,18 +126,27 @@ def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,
             local.zero_()
             return 0
         box = view.box()
-        pieces = [p for p in entry["pieces"]
-                  if overlaps(tuple(tuple(b) for b in p["box"]), box)]
-        covered = 0
-        for p in pieces:
-            cbox = tuple(tuple(b) for b in p["box"])
-            chunk = reader.read(p["file"], p["name"], key, dtype,
-                                tuple(b - a for a, b in cbox), int(p["crc32"]))
-            common = box_intersect(cbox, box)
-            local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
-            covered += box_numel(common)
+        covered = chunks = 0
+        for p in entry["pieces"]:
+            pbox = tuple(tuple(b) for b in p["box"])
+            if not overlaps(pbox, box):
+                continue
+            cboxes = grid(pbox, p["chunk"])
+            if len(cboxes) != len(p["crc32"]):
+                raise CorruptCheckpointError(f"{where}: tensor {key!r}: {len(p['crc32'])} "
+                                             f"checksums for {len(cboxes)} chunks",
+                                             file=where, key=key)
+            for cbox, crc in zip(cboxes, p["crc32"]):
+                if not overlaps(cbox, box):
+                    continue
+                chunk = reader.read(p["file"], chunk_name(key, cbox), key, dtype,
+                                    tuple(b - a for a, b in cbox), int(crc))
+                common = box_intersect(cbox, box)
+                local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
+                covered += box_numel(common)
+                chunks += 1
         if covered != box_numel(box):
             raise CheckpointError(f"{where}: tensor {key!r}: the chunks cover {covered} of the "
                                   f"{box_numel(box)} elements of box {list(box)}", file=where,
                                   key=key)
-    return len(pieces)
+    return chunks

@@ -27,7 +27,8 @@ import torch.distributed as dist
 from dtensor.checkpoint import commit, metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
-from dtensor.checkpoint.pieces import CHUNK_BYTES, TensorView, chunk_boxes, relative, view_of
+from dtensor.checkpoint.pieces import (CHUNK_BYTES, chunk_name, chunk_shape, grid, relative,
+                                       view_of)
 from dtensor.checkpoint.storage import crc32, dtype_name, fsync_dir, write_file
 from dtensor.checkpoint.tree import flatten
 from dtensor.placements import Partial, Replicate, fmt_placements
@@ -160,14 +161,15 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
             continue  # not the writer, or an empty piece (a 0-d box is () and is written)
         assert local is not None
         local = local.detach()
-        for cbox in chunk_boxes(box, view.dtype.itemsize, chunk_bytes):
-            name = f"{key}@{','.join(str(a) for a, _ in cbox)}"
+        chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
+        crcs = []
+        for cbox in grid(box, chunk):
             piece = local[relative(cbox, box)].to("cpu", copy=True,
                                                  memory_format=torch.contiguous_format)
-            named[name] = piece
-            entries[key]["pieces"].append({"file": file, "name": name,
-                                           "box": [list(b) for b in cbox],
-                                           "crc32": crc32(piece)})
+            named[chunk_name(key, cbox)] = piece
+            crcs.append(crc32(piece))
+        entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
+                                       "chunk": list(chunk), "crc32": crcs})
     nbytes = write_file(os.path.join(version, file), named) if named else 0
     return {"file": file if named else None, "bytes": nbytes, "tensors": entries}
 
