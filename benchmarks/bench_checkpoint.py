@@ -1,0 +1,289 @@
+"""Sharded checkpoints, ours (dtensor.checkpoint) against torch.distributed.checkpoint (DCP):
+the same model and AdamW state, the same simpg world, a temporary directory each.
+
+    .venv/bin/python benchmarks/bench_checkpoint.py              # dim 1024, 4 layers
+    .venv/bin/python benchmarks/bench_checkpoint.py --dim 2048 --layers 2 --repeat 5
+    .venv/bin/python benchmarks/bench_checkpoint.py --quick      # tiny, for the smoke test
+
+The state: per layer, attention (dim x dim, column- and row-wise) and feed-forward
+(4 dim x dim, dim x 4 dim) weights, a norm (dim), each with AdamW's exp_avg and exp_avg_sq,
+and a step counter. Saved from a 2x4 dp x tp mesh in the main job's fully sharded + tensor
+parallel layout (column-wise [S(1), S(0)], row-wise [S(0), S(1)], norms [S(0), R]: replicated
+over tp, so each replica group writes them once); loaded into 8-way fully sharded ([S(0)] on
+8 ranks), the resharding of the issue. Ours: ``dtensor.checkpoint.save``/``load`` on our
+DTensors; torch: ``torch.distributed.checkpoint.save``/``load`` (FileSystemWriter/Reader,
+defaults) on torch's DTensors with the same pieces.
+
+Figures: seconds from a barrier before to a barrier after, on rank 0 (ranks take turns on
+one core: the world's time, not one rank's); the median of ``--repeat`` runs. Throughput =
+state bytes / seconds (the save writes each element once; the target layout holds each
+element once). Bytes read = the growth of this process's ``rchar`` (/proc/self/io) over the
+load, all ranks together, for both libraries alike (ours also counts its own: the "ours,
+self-counted" line). Every load is checked bit for bit against the saved global tensors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# torch's C++ imports its DTensor at the first detach() of any DTensor subclass: import it
+# before any world (simpg.isolation)
+import torch.distributed.tensor  # noqa: E402,F401
+
+from dtensor.layout import local_slices  # noqa: E402
+
+LIBS = ("ours", "torch")
+SOURCE_MESH, TARGET_MESH = (2, 4), (8,)
+COLWISE, ROWWISE, NORM = "colwise", "rowwise", "norm"
+
+
+@dataclass
+class Side:
+    """One library's figures, one entry per repeat."""
+
+    lib: str
+    save_s: list[float] = field(default_factory=list)
+    load_s: list[float] = field(default_factory=list)
+    written: int = 0  # bytes in the checkpoint directory
+    files: int = 0
+    read: int = 0  # rchar growth over the load, all ranks
+    self_counted: int = 0  # ours: the sum of LoadReport.bytes_read
+    correct: bool = True
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dim", type=int, help="model dim (default 1024; 64 quick)")
+    p.add_argument("--layers", type=int, help="layers (default 4; 1 quick)")
+    p.add_argument("--repeat", type=int, help="runs per figure, median (default 3; 1 quick)")
+    p.add_argument("--chunk-kib", type=int, help="our chunk size (default: the library's)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one run")
+    args = p.parse_args(argv)
+    args.dim = args.dim or (64 if args.quick else 1024)
+    args.layers = args.layers or (1 if args.quick else 4)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    return args
+
+
+def global_state(args: argparse.Namespace) -> dict[str, tuple[torch.Tensor, str]]:
+    """Flat key -> (global tensor, kind); the same on every rank and for both libraries."""
+    g = torch.Generator().manual_seed(0)
+    d = args.dim
+    shapes = {"attn.wq": ((d, d), COLWISE), "attn.wo": ((d, d), ROWWISE),
+              "ffn.w1": ((4 * d, d), COLWISE), "ffn.w2": ((d, 4 * d), ROWWISE),
+              "norm": ((d,), NORM)}
+    out = {}
+    for layer in range(args.layers):
+        for name, (shape, kind) in shapes.items():
+            for part in ("param", "exp_avg", "exp_avg_sq"):
+                out[f"{part}.layers.{layer}.{name}"] = (torch.randn(shape, generator=g), kind)
+    return out
+
+
+def state_bytes(state: dict) -> int:
+    return sum(t.numel() * t.element_size() for t, _ in state.values())
+
+
+def _placements(kind: str, lib: str, target: bool) -> list:
+    if lib == "ours":
+        from dtensor import Replicate, Shard
+    else:
+        from torch.distributed.tensor import Replicate, Shard
+    if target:
+        return [Shard(0)]
+    return {COLWISE: [Shard(1), Shard(0)], ROWWISE: [Shard(0), Shard(1)],
+            NORM: [Shard(0), Replicate()]}[kind]
+
+
+def _ours_mesh(shape: tuple) -> Any:
+    import dtensor
+
+    return dtensor.init_device_mesh("cpu", shape)
+
+
+def _dtensors(lib: str, state: dict, target: bool) -> dict[str, Any]:
+    """This rank's DTensors of ``lib``: source pieces cut from the global tensors (no
+    communication), or zeros in the target layout."""
+    shape = TARGET_MESH if target else SOURCE_MESH
+    if lib == "ours":
+        from dtensor import DTensor
+        mesh = _ours_mesh(shape)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor
+        mesh = init_device_mesh("cpu", shape)
+    coord = mesh.get_coordinate()
+    out = {}
+    for key, (full, kind) in state.items():
+        placements = _placements(kind, lib, target)
+        piece = full[local_slices(full.shape, shape, _placements(kind, "ours", target), coord)]
+        local = torch.zeros_like(piece) if target else piece.clone()
+        out[key] = DTensor.from_local(local, mesh, placements, shape=full.shape,
+                                      stride=full.stride())
+    out["step"] = torch.tensor(0.0 if target else 10.0)
+    return out
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"param.layers.0.attn.wq": t} -> {"param": {"layers.0.attn.wq": t}} (optimizer-like)."""
+    out: dict[str, Any] = {"step": flat["step"]}
+    for key, t in flat.items():
+        if key != "step":
+            part, rest = key.split(".", 1)
+            out.setdefault(part, {})[rest] = t
+    return out
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar"))
+
+
+def rank_save(lib: str, state: dict, path: str, chunk_bytes: int | None) -> float:
+    tensors = _nest(_dtensors(lib, state, target=False))
+    start = time.perf_counter()  # before the barrier: after it, another rank may go first
+    dist.barrier()
+    if lib == "ours":
+        import dtensor.checkpoint as ours
+
+        kwargs = {"chunk_bytes": chunk_bytes} if chunk_bytes else {}
+        ours.save(tensors, path, **kwargs)
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(tensors, checkpoint_id=path)
+    dist.barrier()
+    return time.perf_counter() - start
+
+
+def rank_load(lib: str, state: dict, path: str) -> tuple[float, int, int, bool]:
+    """(seconds, rchar growth (rank 0: every rank's reads), self-counted bytes, correct)."""
+    flat = _dtensors(lib, state, target=True)
+    tensors = _nest(flat)
+    before, start = _rchar(), time.perf_counter()  # before the barrier, as in rank_save
+    dist.barrier()
+    if lib == "ours":
+        import dtensor.checkpoint as ours
+
+        counted = ours.load(tensors, path).bytes_read
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.load(tensors, checkpoint_id=path)
+        counted = 0
+    dist.barrier()
+    seconds, read = time.perf_counter() - start, _rchar() - before
+    ok = flat["step"].item() == 10.0
+    for key, (full, kind) in state.items():
+        t = flat[key]
+        mesh_coord = t.device_mesh.get_coordinate()
+        want = full[local_slices(full.shape, TARGET_MESH,
+                                 _placements(kind, "ours", True), mesh_coord)]
+        ok = ok and torch.equal(t._local_tensor, want)
+    return seconds, read, counted, ok
+
+
+def run_side(lib: str, args: argparse.Namespace, state: dict, tmp: str) -> Side:
+    import simpg
+    from simpg.testing import torch_meshes_per_rank
+
+    side = Side(lib)
+    world = math.prod(SOURCE_MESH)
+    chunk = args.chunk_kib * 1024 if args.chunk_kib else None
+    for i in range(args.repeat):
+        path = os.path.join(tmp, f"{lib}-{i}")
+        with torch_meshes_per_rank():
+            side.save_s.append(simpg.run(rank_save, world, lib, state, path, chunk,
+                                         timeout=600)[0])
+            loads = simpg.run(rank_load, world, lib, state, path, timeout=600)
+        side.load_s.append(loads[0][0])
+        side.read = loads[0][1]
+        side.self_counted = sum(r[2] for r in loads)
+        side.correct = side.correct and all(r[3] for r in loads)
+        where = os.path.realpath(path)
+        names = os.listdir(where)
+        side.files = len(names)
+        side.written = sum(os.path.getsize(os.path.join(where, n)) for n in names)
+    return side
+
+
+def compare(args: argparse.Namespace) -> tuple[dict[str, Side], int]:
+    state = global_state(args)
+    with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp:
+        sides = {lib: run_side(lib, args, state, tmp) for lib in LIBS}
+    return sides, state_bytes(state) + 4
+
+
+def rows(sides: dict[str, Side], nbytes: int) -> list[tuple[str, Any, Any]]:
+    """(figure, ours, torch) rows of the table."""
+    def figs(s: Side) -> dict[str, Any]:
+        return {
+            "save throughput (GB/s)": nbytes / statistics.median(s.save_s) / 1e9,
+            "load throughput, 2x4 -> 8-way (GB/s)": nbytes / statistics.median(s.load_s) / 1e9,
+            "save time (s, median)": statistics.median(s.save_s),
+            "load time (s, median)": statistics.median(s.load_s),
+            "bytes written": s.written,
+            "files written": s.files,
+            "bytes read by the load (rchar)": s.read,
+            "bytes read / bytes the target holds": s.read / nbytes,
+            "loaded bit-identical": "yes" if s.correct else "NO",
+        }
+    got = {lib: figs(s) for lib, s in sides.items()}
+    return [(name, got["ours"][name], got["torch"][name]) for name in got["ours"]]
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int) or (isinstance(x, float) and x >= 1000):
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def print_report(args: argparse.Namespace, sides: dict[str, Side], nbytes: int,
+                 command: str) -> None:
+    print(f"command: {command}")
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
+          f"{datetime.datetime.now().isoformat(timespec='seconds')}, 8 simulated ranks "
+          f"(simpg), one process; temporary directory under {tempfile.gettempdir()}")
+    print(f"state: {args.layers} layers of dim {args.dim}, parameters + AdamW exp_avg and "
+          f"exp_avg_sq, fp32: {nbytes / 1e6:.1f} MB; saved from a 2x4 dp x tp mesh, loaded "
+          f"into 8-way [S(0)]; median of {args.repeat}")
+    print("\n| figure | ours | torch DCP | ours / torch |")
+    print("|---|---:|---:|---:|")
+    for name, o, t in rows(sides, nbytes):
+        ratio = f"{o / t:.2f}" if not isinstance(o, str) and t else "-"
+        print(f"| {name} | {_fmt(o)} | {_fmt(t)} | {ratio} |")
+    print(f"\nours, self-counted bytes read (metadata, headers, chunks): "
+          f"{sides['ours'].self_counted:,}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    sides, nbytes = compare(args)
+    print_report(args, sides, nbytes,
+                 " ".join([".venv/bin/python", "benchmarks/bench_checkpoint.py", *argv]))
+    return 0 if all(s.correct for s in sides.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
