@@ -92,7 +92,8 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
          chunk_bytes: int = CHUNK_BYTES) -> SaveReport:
     """Save ``state`` (nested dicts/lists of DTensors, tensors and JSON-like values) to
     ``path``, called by every rank of ``process_group`` (default: the world; none needed in
-    one process). Publishes atomically (Note [commit]); returns this rank's report.
+    one process). Publishes atomically (Note [commit]); returns this rank's report. Values
+    (everything but tensors) are taken from rank 0, as JSON (Note [no pickle]).
 
     >>> import tempfile, torch, dtensor.checkpoint as dcp
     >>> d = tempfile.mkdtemp()

@@ -106,7 +106,13 @@ class Reader:
             raise CorruptCheckpointError(
                 f"{where}: tensor {key!r}: header entry {name!r} is {entry!r}, expected "
                 f"dtype {dtype_name(dtype)} and shape {list(shape)}", file=where, key=key)
-        begin, end = entry["data_offsets"]
+        offsets = entry.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            raise CorruptCheckpointError(f"{where}: tensor {key!r}: header entry {name!r} has "
+                                         f"data_offsets {offsets!r}, expected [begin, end]",
+                                         file=where, key=key)
+        begin, end = offsets
         nbytes = end - begin
         buf = bytearray(nbytes)
         got = os.preadv(f.fd, [buf], f.data_start + begin) if nbytes else 0

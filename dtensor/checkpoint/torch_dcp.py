@@ -197,13 +197,13 @@ def _fill(read_item: Any, key: str, md: Any, target: torch.Tensor, where: str) -
             local.zero_()
             return
         box = view.box()
+        if not box_numel(box):
+            return  # an empty piece
         covered = 0
         for c in md.chunks:
             cbox = tuple((o, o + s) for o, s in zip(c.offsets, c.sizes))
-            if not overlaps(cbox, box) and box_numel(box):
+            if not overlaps(cbox, box):
                 continue
-            if not box_numel(box):
-                break
             chunk = read_item(key, tuple(c.offsets))
             common = box_intersect(cbox, box)
             local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)

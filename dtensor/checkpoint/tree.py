@@ -25,6 +25,11 @@ from dtensor.checkpoint.errors import StateMismatchError, UnsupportedValueError
 
 _SCALARS = (type(None), bool, int, float, str)
 
+# Note [no pickle]
+# A checkpoint never holds a pickle: tensors are safetensors chunks (raw bytes, a JSON
+# header), everything else is JSON. Loading one therefore never runs code from it; a value
+# JSON cannot hold is refused at save time, naming its key.
+
 
 def key_of(path: tuple) -> str:
     return ".".join(str(p) for p in path)
