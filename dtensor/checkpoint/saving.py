@@ -17,7 +17,9 @@ ranks in key order. Rank 0 checks that the boxes written tile every tensor exact
 from __future__ import annotations
 
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -163,16 +165,36 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         assert local is not None
         local = local.detach()
         chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
-        crcs = []
-        for cbox in grid(box, chunk):
-            piece = local[relative(cbox, box)].to("cpu", copy=True,
-                                                 memory_format=torch.contiguous_format)
+        cboxes = grid(box, chunk)
+        copied = list(_pool().map(lambda c: _copy_and_check(local, relative(c, box)), cboxes))
+        for cbox, (piece, _) in zip(cboxes, copied):
             named[chunk_name(key, cbox)] = piece
-            crcs.append(crc32(piece))
         entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
-                                       "chunk": list(chunk), "crc32": crcs})
+                                       "chunk": list(chunk),
+                                       "crc32": [crc for _, crc in copied]})
     nbytes = write_file(os.path.join(version, file), named) if named else 0
     return {"file": file if named else None, "bytes": nbytes, "tensors": entries}
+
+
+def _copy_and_check(local: torch.Tensor, where: tuple[slice, ...]) -> tuple[torch.Tensor, int]:
+    """A chunk as its own contiguous CPU tensor (safetensors takes no views of one storage)
+    and its crc32, taken while the copy is in cache."""
+    piece = local[where].to("cpu", copy=True, memory_format=torch.contiguous_format)
+    return piece, crc32(piece)
+
+
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads that copy and checksum chunks side by side (both release the GIL); one
+    executor for every save of the process (it is thread-safe), made on first use."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
+                                            thread_name_prefix="dtensor-checkpoint"))
+        return _POOL[0]
 
 
 def _commit(path: str, version: str, manifests: list[dict], world_size: int) -> str:
