@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+
 # torch's C++ imports its own DTensor at the first detach() of any DTensor subclass (AdamW,
 # nn.Parameter): imported here, before any world, as simpg.isolation asks
-import torch.distributed.tensor  # noqa: F401
+import torch.distributed.tensor
 
 import dtensor
 import dtensor.checkpoint as dcp

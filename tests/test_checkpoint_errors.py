@@ -123,8 +123,8 @@ def test_incomplete_and_absent_checkpoints(ck, tmp_path):
 
 
 def test_values_that_need_pickle_are_refused_at_save(tmp_path):
-    with pytest.raises(dcp.UnsupportedValueError, match=r"'opt.fn' holds a builtin_function_or_method .* never "
-                       r"pickles") as e:
+    with pytest.raises(dcp.UnsupportedValueError, match=r"'opt.fn' holds a "
+                       r"builtin_function_or_method .* never pickles") as e:
         dcp.save({"w": torch.ones(1), "opt": {"fn": len}}, tmp_path / "ck")
     assert e.value.key == "opt.fn"
 

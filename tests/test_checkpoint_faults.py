@@ -126,7 +126,7 @@ def test_raise_at_every_collective_of_every_rank(tmp_path):
 def test_stall_at_every_collective(tmp_path, rank):
     for call in range(1, 5):
         root, path = _fresh(tmp_path / f"c{call}")
-        with pytest.raises(Exception):  # simpg reports the stalled world
+        with pytest.raises(simpg.DeadlockError, match="stalled by fault injection"):
             _save(path, 2.0, faults=[simpg.StallAt(rank, call)], timeout=3.0)
         _check_after_failure(root, path, published=_loads_as(path) == 2.0)
 
@@ -134,9 +134,9 @@ def test_stall_at_every_collective(tmp_path, rank):
 @pytest.mark.parametrize("step", dcp.STEPS)
 def test_crash_at_every_step_on_every_rank(tmp_path, step):
     for rank in range(WORLD):
-        reached = []
+        reached: list[str] = []
 
-        def hook(r, s):
+        def hook(r, s, rank=rank, reached=reached):
             if (r, s) == (rank, step):
                 reached.append(s)
                 raise Crash(f"rank {r} dies at {s}")

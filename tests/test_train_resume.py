@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 # torch's C++ imports its own DTensor at the first detach() of a DTensor (AdamW does):
 # imported before any world, as simpg.isolation asks
-import torch.distributed.tensor  # noqa: F401
+import torch.distributed.tensor
 
 import dtensor.checkpoint as dcp
 from examples import train

@@ -38,11 +38,10 @@ _MARK = ".v-"
 def new_version_dir(path: str) -> str:
     """Step 1: a fresh, empty version directory beside ``path``."""
     path = os.path.abspath(path)
-    if os.path.lexists(path) and not os.path.islink(path):
-        if not (os.path.isdir(path) and not os.listdir(path)):
-            raise CheckpointError(f"{path} exists and is not a checkpoint link: expected a "
-                                  f"path that a previous save published, or a new path",
-                                  file=path)
+    empty_dir = os.path.isdir(path) and not os.listdir(path)
+    if os.path.lexists(path) and not os.path.islink(path) and not empty_dir:
+        raise CheckpointError(f"{path} exists and is not a checkpoint link: expected a path "
+                              f"that a previous save published, or a new path", file=path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     name = f"{path}{_MARK}{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
     os.mkdir(name)

@@ -16,9 +16,13 @@ from typing import Any
 import torch
 
 from dtensor.checkpoint import commit, metadata
-from dtensor.checkpoint.errors import (CheckpointError, CorruptCheckpointError,
-                                       IncompleteCheckpointError,
-                                       MissingKeyError, StateMismatchError)
+from dtensor.checkpoint.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    IncompleteCheckpointError,
+    MissingKeyError,
+    StateMismatchError,
+)
 from dtensor.checkpoint.pieces import chunk_name, grid, overlaps, relative, view_of
 from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
 from dtensor.checkpoint.tree import decode, fill
@@ -62,7 +66,7 @@ def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> 
     >>> dcp.load({"w": torch.zeros(3)}, f"{d}/ck")
     Traceback (most recent call last):
     ...
-    dtensor.checkpoint.errors.StateMismatchError: .../metadata.json: tensor 'w' is float32 [2] in the checkpoint, but the target is float32 [3]
+    dtensor.checkpoint.errors.StateMismatchError: ...: tensor 'w' is float32 [2] in the ...
     """
     start = time.perf_counter()
     directory = commit.resolve(os.fspath(path))

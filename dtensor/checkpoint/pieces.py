@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
+from dtensor.checkpoint.errors import UnsupportedValueError
 from dtensor.layout import Box, box_intersect, box_numel, local_box
 from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.tensor import DTensor
-from dtensor.checkpoint.errors import UnsupportedValueError
 
 # Note [chunks]
 # A writer cuts its box into chunks of at most CHUNK_BYTES, each stored as one safetensors

@@ -16,12 +16,14 @@ ranks in key order. Rank 0 checks that the boxes written tile every tensor exact
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,8 +31,7 @@ import torch.distributed as dist
 from dtensor.checkpoint import commit, metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
-from dtensor.checkpoint.pieces import (CHUNK_BYTES, chunk_name, chunk_shape, grid, relative,
-                                       view_of)
+from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, relative, view_of
 from dtensor.checkpoint.storage import crc32, dtype_name, fsync_dir, write_file
 from dtensor.checkpoint.tree import flatten
 from dtensor.placements import Partial, Replicate, fmt_placements
@@ -166,7 +167,8 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         local = local.detach()
         chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
         cboxes = grid(box, chunk)
-        copied = list(_pool().map(lambda c: _copy_and_check(local, relative(c, box)), cboxes))
+        copied = list(_pool().map(_copy_and_check, itertools.repeat(local),
+                                  [relative(c, box) for c in cboxes]))
         for cbox, (piece, _) in zip(cboxes, copied):
             named[chunk_name(key, cbox)] = piece
         entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],

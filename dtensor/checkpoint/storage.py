@@ -17,8 +17,12 @@ from typing import Any
 
 import torch
 
-from dtensor.checkpoint.errors import (ChecksumError, CorruptCheckpointError,
-                                       MissingFileError, TruncatedFileError)
+from dtensor.checkpoint.errors import (
+    ChecksumError,
+    CorruptCheckpointError,
+    MissingFileError,
+    TruncatedFileError,
+)
 
 # safetensors' dtype names -> torch
 ST_DTYPES = {

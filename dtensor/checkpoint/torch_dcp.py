@@ -29,10 +29,15 @@ from typing import Any
 
 import torch
 
-from dtensor.checkpoint.errors import (ChecksumError, CheckpointNotFoundError,
-                                       CorruptCheckpointError, MissingFileError,
-                                       MissingKeyError, StateMismatchError,
-                                       TruncatedFileError)
+from dtensor.checkpoint.errors import (
+    CheckpointNotFoundError,
+    ChecksumError,
+    CorruptCheckpointError,
+    MissingFileError,
+    MissingKeyError,
+    StateMismatchError,
+    TruncatedFileError,
+)
 from dtensor.checkpoint.loading import LoadReport
 from dtensor.checkpoint.pieces import overlaps, relative, view_of
 from dtensor.checkpoint.storage import dtype_name
@@ -101,7 +106,7 @@ def load_torch_dcp(state: dict, path: str | os.PathLike) -> LoadReport:
     >>> load_torch_dcp({}, "/nonexistent")
     Traceback (most recent call last):
     ...
-    dtensor.checkpoint.errors.CheckpointNotFoundError: /nonexistent/.metadata: no DCP checkpoint there
+    dtensor.checkpoint.errors.CheckpointNotFoundError: /nonexistent/.metadata: no DCP ...
     """
     start = time.perf_counter()
     path = os.fspath(path)
@@ -115,7 +120,7 @@ def load_torch_dcp(state: dict, path: str | os.PathLike) -> LoadReport:
         meta = _Unpickler(io.BytesIO(raw)).load()
     except CorruptCheckpointError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any unpickling failure: a damaged file
         raise CorruptCheckpointError(f"{where}: unreadable DCP metadata ({e})",
                                      file=where) from None
     storage = {(k.fqn, _offset(k)): v for k, v in meta.storage_data.items()}
@@ -147,7 +152,7 @@ def load_torch_dcp(state: dict, path: str | os.PathLike) -> LoadReport:
                                      file=file, key=key)
         try:
             return torch.load(io.BytesIO(blob), weights_only=True)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any failure to load: damaged bytes
             # DCP keeps no checksum: damaged bytes show only as an unreadable item
             raise ChecksumError(f"{file}: {key!r} does not load ({type(e).__name__}: "
                                 f"{str(e)[:200]})", file=file, key=key) from None
