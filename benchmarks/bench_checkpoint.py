@@ -4,6 +4,7 @@ the same model and AdamW state, the same simpg world, a temporary directory each
     .venv/bin/python benchmarks/bench_checkpoint.py              # dim 1024, 4 layers
     .venv/bin/python benchmarks/bench_checkpoint.py --dim 2048 --layers 2 --repeat 5
     .venv/bin/python benchmarks/bench_checkpoint.py --quick      # tiny, for the smoke test
+    .venv/bin/python benchmarks/bench_checkpoint.py --repeat 5 --write-readme   # README block
 
 The state: per layer, attention (dim x dim, column- and row-wise) and feed-forward
 (4 dim x dim, dim x 4 dim) weights, a norm (dim), each with AdamW's exp_avg and exp_avg_sq,
@@ -49,6 +50,11 @@ import torch.distributed.tensor  # noqa: E402,F401
 
 from dtensor.layout import local_slices  # noqa: E402
 
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures  # noqa: E402
+except ImportError:
+    from benchmarks import readme_figures  # noqa: E402
+
 LIBS = ("ours", "torch")
 SOURCE_MESH, TARGET_MESH = (2, 4), (8,)
 COLWISE, ROWWISE, NORM = "colwise", "rowwise", "norm"
@@ -76,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, help="runs per figure, median (default 3; 1 quick)")
     p.add_argument("--chunk-kib", type=int, help="our chunk size (default: the library's)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run")
+    p.add_argument("--write-readme", action="store_true",
+                   help="also rewrite the README's bench-checkpoint block with the table")
     args = p.parse_args(argv)
     args.dim = args.dim or (64 if args.quick else 1024)
     args.layers = args.layers or (1 if args.quick else 4)
@@ -280,9 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     sides, nbytes = compare(args)
-    print_report(args, sides, nbytes,
-                 " ".join([".venv/bin/python", "benchmarks/bench_checkpoint.py", *argv]))
-    return 0 if all(s.correct for s in sides.values()) else 1
+    command = " ".join([".venv/bin/python", "benchmarks/bench_checkpoint.py", *argv])
+    with readme_figures.tee() as report:
+        print_report(args, sides, nbytes, command)
+    ok = all(s.correct for s in sides.values())
+    if args.write_readme and ok:
+        readme_figures.write_readme("bench-checkpoint",
+                                    readme_figures.through_first_table(report.getvalue()),
+                                    command)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
