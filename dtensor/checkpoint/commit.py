@@ -6,13 +6,15 @@ which holds one safetensors file per writing rank and ``metadata.json``. A save:
 
 1. rank 0 makes a new version directory (the staging name: nothing points at it);
 2. every rank writes its file there and fsyncs it;
-3. the ranks exchange manifests (a collective: after it, every rank's file is durable);
+3. every rank sends rank 0 its manifest, or its error (``gather_object``: after it, every
+   rank's file is durable);
 4. rank 0 checks them, writes ``metadata.json`` (temporary name, fsync, rename), fsyncs the
    directory, then makes a new link beside ``path`` and renames it onto ``path``:
    ``rename(2)`` swaps the link atomically, so ``path`` names the old complete version or the
    new complete one, never a mix and never nothing;
 5. rank 0 removes the other version directories of ``path`` (the previous one, leftovers of
-   interrupted saves) and tells every rank the outcome.
+   interrupted saves) and broadcasts the outcome: a failure on any rank reaches every rank
+   there, so all raise ``SaveFailedError`` instead of waiting on each other.
 
 A save interrupted anywhere before the rename leaves ``path`` on the previous version,
 untouched. A version directory without ``metadata.json`` never loads

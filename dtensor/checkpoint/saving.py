@@ -65,11 +65,14 @@ class _Comm:
         dist.broadcast_object_list(box, src=src, group=self.group)
         return box[0]
 
-    def all_gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` on rank 0, None elsewhere (manifests grow with the state: only
+        rank 0 needs them)."""
         if not self.on:
             return [obj]
-        out: list[Any] = [None] * self.size
-        dist.all_gather_object(out, obj, group=self.group)
+        out: list[Any] | None = [None] * self.size if self.rank == 0 else None
+        dst = 0 if self.group is None else dist.get_global_rank(self.group, 0)
+        dist.gather_object(obj, out, dst=dst, group=self.group)
         return out
 
 
@@ -82,13 +85,14 @@ def _attempt(fn: Callable[[], Any]) -> tuple[str, Any]:
         return "error", f"{type(e).__name__}: {e}"
 
 
-def _outcome(results: list[tuple[str, Any]], what: str) -> list[Any]:
-    failed = [(r, msg) for r, (status, msg) in enumerate(results) if status != "ok"]
-    if failed:
-        detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
-        raise SaveFailedError(f"save failed at {what} ({detail}); the previous checkpoint at "
-                              f"this path is intact")
-    return [value for _, value in results]
+def _failures(results: list[tuple[str, Any]]) -> list[tuple[int, str]]:
+    return [(r, msg) for r, (status, msg) in enumerate(results) if status != "ok"]
+
+
+def _raise(what: str, failed: list[tuple[int, str]]) -> None:
+    detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
+    raise SaveFailedError(f"save failed at {what} ({detail}); the previous checkpoint at "
+                          f"this path is intact")
 
 
 def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
@@ -112,22 +116,33 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
     tensors, values = flatten(state)
     source = {k: fmt_placements(view_of(t, k)[0].placements) for k, t in tensors.items()}
     reached("begin")
-    made = _attempt(lambda: commit.new_version_dir(path)) if comm.rank == 0 else ("ok", "")
-    version = _outcome([comm.broadcast(made)], "making the version directory")[0]
+    made = comm.broadcast(_attempt(lambda: commit.new_version_dir(path))
+                          if comm.rank == 0 else None)
+    if made[0] != "ok":
+        _raise("making the version directory", [(0, made[1])])
+    version = made[1]
     reached("dir_made")
     tensors = _reduce_partials(tensors)
     reached("partials_reduced")
     mine = _attempt(lambda: _write_rank(tensors, source, comm, version, chunk_bytes))
     reached("file_written")
-    manifests = _outcome(comm.all_gather(mine), "writing the files")
-    manifests[0]["values"] = values
+    gathered = comm.gather(mine)
     reached("gathered")
-    done = _attempt(lambda: _commit(path, version, manifests, comm.size)) \
-        if comm.rank == 0 else ("ok", None)
-    _outcome([comm.broadcast(done)], "committing")
+    verdict = None  # rank 0: None (published) or (step, [(rank, message)])
+    if gathered is not None:
+        failed = _failures(gathered)
+        if failed:
+            verdict = ("writing the files", failed)
+        else:
+            manifests = [m for _, m in gathered]
+            manifests[0]["values"] = values
+            status, message = _attempt(lambda: _commit(path, version, manifests, comm.size))
+            verdict = None if status == "ok" else ("committing", [(0, message)])
+    verdict = comm.broadcast(verdict)
+    if verdict is not None:
+        _raise(*verdict)
     reached("done")
-    return SaveReport(path, version, manifests[comm.rank]["bytes"],
-                      time.perf_counter() - start)
+    return SaveReport(path, version, mine[1]["bytes"], time.perf_counter() - start)
 
 
 def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -147,7 +162,8 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
                 version: str, chunk_bytes: int) -> dict:
     """Write this rank's pieces (Note [one writer]) as one file; return its manifest."""
     file = f"rank{comm.rank:05d}.safetensors"
-    plain = sorted(k for k, t in tensors.items() if not view_of(t, k)[0].distributed)
+    plain = {k: i for i, k in enumerate(sorted(
+        k for k, t in tensors.items() if not view_of(t, k)[0].distributed))}
     named: dict[str, torch.Tensor] = {}
     entries: dict[str, dict] = {}
     for key, t in tensors.items():
@@ -155,7 +171,7 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         if view.distributed and any(isinstance(p, Partial) for p in view.placements):
             raise CheckpointError(f"{key!r}: torch's DTensor with Partial placements "
                                   f"{view.placements}: reduce it before saving", key=key)
-        writes = (plain.index(key) % comm.size == comm.rank if not view.distributed
+        writes = (plain[key] % comm.size == comm.rank if not view.distributed
                   else view.coordinate is not None and view.replica_zero)
         box = view.box() if writes else None
         entries[key] = {"shape": list(view.shape), "dtype": dtype_name(view.dtype),
