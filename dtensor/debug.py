@@ -63,6 +63,12 @@ def _fmt(p: tuple) -> str:
     return "[" + ",".join(str(x) for x in p) + "]"
 
 
+def recording() -> bool:
+    """Decisions are being collected (``explain``) or printed (``DTENSOR_DEBUG``): the
+    dispatcher's fast path (Note [fast path]) steps aside so that every call is recorded."""
+    return _records.get() is not None or _debug_env()
+
+
 def record(decision: Decision, tensors: list) -> None:
     """Called by the dispatcher for every op with a rule."""
     chosen = decision.chosen

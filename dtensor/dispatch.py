@@ -135,11 +135,75 @@ def _plans_of(mesh: Any) -> dict[tuple, _Plan]:
     return plans
 
 
-def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
-    from dtensor.tensor import DTensor
+# Note [fast path]
+# Most calls in a steady state repeat one seen before, with every argument a DTensor already
+# in the placements the chosen strategy wants, or a scalar: nothing moves, nothing is
+# rewritten, and the op runs on the local pieces as they are. Such a call is keyed by the op
+# and its arguments' specs alone (one tuple, one dict lookup on the mesh) and skips the
+# general path's walks, closures and checks; any call that does not fit (kwargs, lists,
+# plain tensors, pinned tensors, in-place ops, local functions, a moved input, debugging
+# on) takes the general path, which also records the fast entries.
+_SCALARS = frozenset({int, float, bool, type(None), str, complex, torch.dtype, torch.device,
+                      torch.memory_format, torch.layout})
 
+
+@dataclass(frozen=True, slots=True)
+class _FastPlan:
+    outs: tuple[tuple[DTensorSpec, TensorSpec], ...]
+    container: type | None  # None: one tensor out; else tuple or list of them
+    rewrite: tuple[tuple[int, list[int]], ...]  # Note [global size arguments], precomputed
+    local: Any  # the strategy's local function, or None (Note [local functions])
+    boxes: tuple | None
+    returns_arg: int | None  # add_ returns its argument 0 (the DTensor the caller holds)
+
+
+def _int_list(a: Any) -> bool:
+    return (type(a) is list or type(a) is tuple) and all(type(v) is int for v in a)
+
+
+def dispatch(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run ``func`` on DTensors (``cls`` is the DTensor class; Note [fast path])."""
+    if not kwargs:
+        mesh = None
+        key: list = [func]
+        for a in args:
+            if type(a) is cls:
+                if a._pinned or (mesh is not None and a._spec.mesh is not mesh):
+                    break
+                mesh = a._spec.mesh
+                key.append(a._tspec)
+            elif type(a) in _SCALARS:  # 2 == 2.0 == True as keys, not as arguments
+                key.append(a)
+                key.append(type(a))
+            elif _int_list(a):
+                key.append(tuple(a))
+            else:
+                break
+        else:
+            fast = mesh.__dict__.get("_fast_plans") if mesh is not None else None
+            if fast is not None and (entry := fast.get(tuple(key))) is not None \
+                    and not debug.recording():
+                largs = [a._local_tensor if type(a) is cls else a for a in args]
+                for i, value in entry.rewrite:
+                    largs[i] = value
+                if entry.local is None:
+                    out = func(*largs)
+                else:
+                    out = entry.local(func, tuple(largs), {}, entry.boxes)
+                if entry.returns_arg is not None:
+                    return args[entry.returns_arg]
+                make = cls._wrap
+                if entry.container is None:
+                    spec, tspec = entry.outs[0]
+                    return make(out, spec, tspec)
+                return entry.container(make(t, spec, tspec)
+                                       for t, (spec, tspec) in zip(out, entry.outs))
+    return _dispatch(cls, func, args, kwargs)
+
+
+def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
     tensors: list[torch.Tensor] = []
-    mesh = _first_dtensor(args, kwargs)._spec.mesh
+    mesh = _first_dtensor(DTensor, args, kwargs)._spec.mesh
     mesh_ndim = mesh.ndim
 
     def describe(x: Any) -> Any:
@@ -166,7 +230,9 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             if t._pinned:
                 pinned = frozenset(i for i, u in enumerate(tensors)
                                    if isinstance(u, DTensor) and u._pinned)
-    key = (func, dargs, dkwargs, pinned)
+    # 2 == 2.0 == True as keys: mul.Scalar(x, 2.0) must not reuse mul.Scalar(x, 2)'s dtype
+    kinds = tuple(type(v) for v in args) + tuple(type(v) for v in kwargs.values())
+    key = (func, dargs, dkwargs, pinned, kinds)
     plans = _plans_of(mesh)
     try:
         plan = plans.get(key)
@@ -187,7 +253,54 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if _check_plain.get():
         _verify_plain(func, tensors, mesh)
     debug.record(plan.decision, tensors)
-    return _run(func, args, kwargs, tensors, plan, mesh)
+    out = _run(func, args, kwargs, tensors, plan, mesh)
+    if not kwargs and key is not None and _fits_fast_path(plan, tensors, args, DTensor):
+        _record_fast(func, args, plan, out, mesh, DTensor)
+    return out
+
+
+def _record_fast(func: Any, args: tuple, plan: _Plan, out: Any, mesh: Any,
+                 DTensor: type) -> None:
+    rewrite = ()
+    if plan.local_out_shape is not None:
+        probe = tuple(range(len(args)))  # which positions localize_shape_args replaces
+        new, _ = localize_shape_args(func, probe, {}, plan.local_out_shape)
+        rewrite = tuple((i, v) for i, v in enumerate(new) if v is not probe[i])
+    local = plan.decision.chosen.local
+    key: list = [func]
+    for x in args:
+        if type(x) is DTensor:
+            key.append(x._tspec)
+        elif type(x) in _SCALARS:
+            key += [x, type(x)]
+        else:
+            key.append(tuple(x))
+    sources = _return_sources(func)
+    mesh.__dict__.setdefault("_fast_plans", {})[tuple(key)] = _FastPlan(
+        plan.out_specs, None if isinstance(out, torch.Tensor) else type(out), rewrite,
+        LOCAL_FUNCTIONS[local] if local else None, plan.boxes,
+        sources[0][0] if sources[0] is not None else None)
+
+
+def _fits_fast_path(plan: _Plan, tensors: list, args: tuple, DTensor: type) -> bool:
+    """Note [fast path]: no input moves, outputs are new tensors."""
+    d = plan.decision
+    if plan.inplace_view or plan.decompose is not None:
+        return False
+    sources = _return_sources(d.op.op)
+    if plan.in_place and not (len(sources) == 1 and sources[0] is not None
+                              and sources[0][0] < len(args)
+                              and type(args[sources[0][0]]) is DTensor
+                              and plan.out_specs[0][0] == args[sources[0][0]]._spec):
+        return False  # one written argument, returned as it is, or the general path
+    if any(type(a) is not DTensor and type(a) not in _SCALARS and not _int_list(a)
+           for a in args):
+        return False
+    if any(t._pinned for t in tensors):
+        return False
+    if any(p != t._spec.placements for p, t in zip(d.chosen.inputs, tensors)):
+        return False
+    return plan.in_place or all(src is None for src in sources)
 
 
 def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
@@ -223,9 +336,7 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
                  torch.Tag.inplace_view in func.tags, boxes, DECOMPOSITIONS.get(func))
 
 
-def _first_dtensor(args: tuple, kwargs: dict) -> Any:
-    from dtensor.tensor import DTensor
-
+def _first_dtensor(DTensor: type, args: tuple, kwargs: dict) -> Any:
     for group in (args, kwargs.values()):
         for x in group:
             if isinstance(x, DTensor):

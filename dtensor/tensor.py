@@ -9,11 +9,15 @@ import torch
 from torch.utils import _foreach_utils
 
 from dtensor import _autograd
+from dtensor.dispatch import dispatch
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, contiguous_strides
+
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass  # type: ignore[attr-defined]
 
 
 class DTensor(torch.Tensor):
@@ -48,6 +52,16 @@ class DTensor(torch.Tensor):
         r._tspec = tspec or TensorSpec(spec.shape, spec.stride, spec.dtype, spec.placements)
         return r
 
+    @classmethod
+    def _wrap(cls, local_tensor: torch.Tensor, spec: DTensorSpec, tspec: TensorSpec) -> DTensor:
+        """A new DTensor around an op's output (no autograd: dispatch runs below it)."""
+        r = _make_wrapper(cls, spec.shape, strides=spec.stride, dtype=spec.dtype,
+                          device=local_tensor.device, layout=local_tensor.layout)
+        r._local_tensor = local_tensor
+        r._spec = spec
+        r._tspec = tspec
+        return r
+
     def __repr__(self) -> str:  # type: ignore[override]
         return (f"DTensor(local_tensor={self._local_tensor}, device_mesh={self._spec.mesh}, "
                 f"placements={self._spec.placements})")
@@ -73,13 +87,11 @@ class DTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
-        from dtensor.dispatch import dispatch
-
         if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
             from dtensor.foreign import check_dispatch_types
 
             check_dispatch_types(func, types, args, kwargs or {})
-        return dispatch(func, args, kwargs or {})
+        return dispatch(cls, func, args, kwargs or {})
 
     def pin(self, pinned: bool = True) -> DTensor:
         """Pin this DTensor's placements: ops must pick a strategy that keeps them, or raise

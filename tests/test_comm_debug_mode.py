@@ -4,6 +4,8 @@ and backward; counts are per rank, nest, and stop at the block's edges."""
 
 from __future__ import annotations
 
+import warnings
+
 import contextvars
 import doctest
 import json
@@ -188,7 +190,14 @@ def _mlp_forward_backward(mode_cls: type, torch_side: bool, plan: str) -> list[d
                              for k, v in mode.get_sharding_info().items()},
                 "params": {fqn: sorted(ps) for fqn, ps in mode.get_parameter_info().items()}}
 
-    return _run(body)
+    if not torch_side:
+        return _run(body)
+    with warnings.catch_warnings():
+        # torch's sequence-parallel backward reduce-scatters the input's gradient, which
+        # this program never reads, and never waits on it (torch's own WorkRegistry warns
+        # about it at exit too): simpg's UnwaitedWorkWarning says the same, not our concern
+        warnings.simplefilter("ignore", simpg.UnwaitedWorkWarning)
+        return _run(body)
 
 
 # Per module, (forward, backward): what torch's mode reports over torch's runtime.

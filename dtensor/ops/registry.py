@@ -44,6 +44,10 @@ class TensorSpec:
         return len(self.shape)
 
 
+def _kinds(values: Iterable[Any]) -> tuple:
+    return tuple(_kinds(v) if type(v) is tuple else type(v) for v in values)
+
+
 @dataclass(frozen=True, slots=True)
 class OpSpec:
     """An op call as a rule sees it. ``args``/``kwargs`` hold TensorSpecs where tensors were
@@ -54,9 +58,12 @@ class OpSpec:
     kwargs: tuple[tuple[str, Any], ...]
     mesh_shape: tuple[int, ...]
     mesh_dim: int = 0  # the mesh dim a rule is asked about (its size: mesh_shape[mesh_dim])
+    # the scalars' types: 2 == 2.0 == True, but mul.Scalar(x, 2.0) of an int x is a float
+    _kinds: tuple = field(init=False, repr=False, default=())
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_kinds", _kinds(self.args) + _kinds(v for _, v in self.kwargs))
         object.__setattr__(self, "_hash", hash((self.op, self.args, self.kwargs,
                                                 self.mesh_shape, self.mesh_dim)))
 

@@ -1,0 +1,91 @@
+"""The dispatcher's fast path (Note [fast path] in dtensor/dispatch.py): a repeated call
+takes it and gives what the general path gives; calls it must not take stay off it."""
+
+from __future__ import annotations
+
+import torch
+
+from dtensor import Replicate, Shard, distribute_tensor
+from dtensor.debug import explain_ops
+from mesh_world import run_on_mesh as _world
+
+aten = torch.ops.aten
+
+
+def _fast_entries(mesh) -> int:
+    return len(mesh.__dict__.get("_fast_plans", {}))
+
+
+def test_repeated_calls_take_the_fast_path_and_agree_with_the_general_path():
+    full = torch.arange(24.0).reshape(6, 4)
+
+    def body(mesh):
+        a = distribute_tensor(full, mesh, [Shard(0)])
+        r = distribute_tensor(full.t().contiguous(), mesh, [Replicate()])
+        calls = [lambda: a + a, lambda: torch.mm(a, r), lambda: a.view(6, 2, 2),
+                 lambda: a.split(2, 1), lambda: aten.mul.Scalar(a, 3)]
+        first = [f() for f in calls]
+        entries = _fast_entries(mesh)
+        again = [f() for f in calls]
+        same = all(
+            all(x.placements == y.placements and torch.equal(x.full_tensor(), y.full_tensor())
+                for x, y in zip(u if isinstance(u, (list, tuple)) else [u],
+                                v if isinstance(v, (list, tuple)) else [v]))
+            for u, v in zip(first, again))
+        return entries >= len(calls), same, type(again[3]).__name__
+
+    assert _world((3,), body) == [(True, True, "tuple")] * 3
+
+
+def test_scalars_equal_as_keys_but_not_as_arguments_get_their_own_plans():
+    # 2 == 2.0 == True: an int tensor times 2.0 is float, times True is int
+    def body(mesh):
+        x = distribute_tensor(torch.arange(4), mesh, [Shard(0)])
+        out = []
+        for _ in range(2):
+            for s in (2, 2.0, True):
+                y = aten.mul.Scalar(x, s)
+                out.append((y.dtype, y.to_local().dtype))
+        return out
+
+    int_, flt = torch.int64, torch.float32
+    expected = [(int_, int_), (flt, flt), (int_, int_)] * 2
+    assert _world((2,), body) == [expected] * 2
+
+
+def test_in_place_ops_return_the_callers_dtensor_on_the_fast_path():
+    def body(mesh):
+        a = distribute_tensor(torch.zeros(5), mesh, [Shard(0)])
+        b = distribute_tensor(torch.ones(5), mesh, [Shard(0)])
+        results = [a.add_(b) is a for _ in range(3)]
+        return results, a.full_tensor().tolist()
+
+    assert _world((2,), body) == [([True] * 3, [3.0] * 5)] * 2
+
+
+def test_explain_sees_every_call_even_when_the_fast_path_could_take_it():
+    def body(mesh):
+        a = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)])
+        a + a
+        a + a
+        with explain_ops() as log:
+            a + a
+            a + a
+        return len([r for r in log if "add" in str(r)])
+
+    assert _world((2,), body) == [2, 2]
+
+
+def test_pinned_and_moved_inputs_stay_on_the_general_path():
+    def body(mesh):
+        a = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)])
+        b = distribute_tensor(torch.ones(4, 4), mesh, [Shard(1)])  # moved for the add
+        before = _fast_entries(mesh)
+        for _ in range(2):
+            a + b
+        pinned = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]).pin()
+        for _ in range(2):
+            pinned * 2.0
+        return _fast_entries(mesh) - before
+
+    assert _world((2,), body) == [0, 0]
