@@ -1,0 +1,95 @@
+"""Helpers shared by the families whose ops keep some dims whole and carry the rest along:
+padding, pooling, upsampling, FFT, linear algebra over batch dims.
+
+Note [independent dims]
+Many ops compute each slice along some dims on its own: pooling each (image, channel) plane,
+an FFT each row not transformed, an inverse each matrix of a batch. Sharding such a dim gives
+each rank whole slices, so its result is exactly its ``torch.chunk`` piece of the output on the
+same dim, uneven and empty pieces included (an empty piece holds no slice). The other dims
+(the plane, the transformed dims, the matrix) must be whole: Replicate there.
+
+Note [linear in one argument]
+An op linear in one tensor argument with the others fixed, f(a1 + a2) = f(a1) + f(a2), keeps
+P(sum) on that argument (others Replicate); P(avg) too, since f(mean a_i) = mean f(a_i). Only
+floating and complex tensors: an integer mean would round.
+
+Note [moves keep every Partial]
+An op whose every output element is one input element moved (reflection and replication
+padding, nearest upsampling, diagonal, view_as_real) commutes with any elementwise
+reduction over ranks, so P(sum)/P(avg)/P(max)/P(min) all pass through. max/min need an order:
+not on complex tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Iterable, Sequence
+
+from dtensor.ops.reductions import no_empty_piece
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec
+from dtensor.placements import Partial, Placement, Replicate, Shard
+
+R = Replicate()
+LINEAR = (Partial("sum"), Partial("avg"))
+MOVES = LINEAR + (Partial("max"), Partial("min"))
+
+
+def partials_of(t: TensorSpec, kinds: Sequence[Partial]) -> list[Partial]:
+    """``kinds`` that can hold ``t``'s dtype: no P(avg) of integers (rounds), no P(max)/P(min)
+    of complex (unordered), no Partial at all of bool (no addends)."""
+    if t.dtype.is_complex:
+        return [p for p in kinds if p.reduce_op in ("sum", "avg")]
+    if not t.dtype.is_floating_point:
+        if str(t.dtype) == "torch.bool":
+            return []
+        return [p for p in kinds if p.reduce_op != "avg"]
+    return list(kinds)
+
+
+def dim_of(d: int, ndim: int) -> int:
+    """A dim argument made non-negative (a 0-d tensor accepts 0 and -1)."""
+    return d % max(ndim, 1)
+
+
+def independent_dims(op: OpSpec, dims: Iterable[int], n_out: int, *,
+                     sharded: Sequence[bool] | None = None,
+                     nonempty: bool | Collection[int] = False,
+                     out_dims: Sequence[int | None] | None = None,
+                     local: str | None = None) -> list[Strategy]:
+    """Note [independent dims]: Replicate, or for each ``d`` in ``dims`` every tensor input
+    Shard(d) (those with ``sharded[i]`` False stay Replicate) and every output Shard(d) (or
+    Shard(out_dims[j] - ...) when an output numbers it differently: ``out_dims`` maps the
+    output index to an offset subtracted from d, None for an output that stays Replicate).
+    ``nonempty``: dims (True: all) sharded only where no rank gets an empty piece of them, for
+    kernels that reject size 0 there."""
+    tensors = op.tensors()
+    n_in = len(tensors)
+    flags = list(sharded) if sharded is not None else [True] * n_in
+    found = [Strategy((R,) * n_in, (R,) * n_out, local)]
+    for d in dims:
+        size = next(t.shape[d] for t, f in zip(tensors, flags) if f)
+        strict = nonempty is True or (nonempty is not False and d in nonempty)
+        if strict and not no_empty_piece(op, size):
+            continue
+        ins = tuple(Shard(d) if f else R for f in flags)
+        outs: tuple[Placement, ...]
+        if out_dims is None:
+            outs = (Shard(d),) * n_out
+        else:
+            outs = tuple(R if off is None else Shard(d - off) for off in out_dims)
+        found.append(Strategy(ins, outs, local))
+    return found
+
+
+def linear_partials(op: OpSpec, pos: int, kinds: Sequence[Partial] = LINEAR,
+                    outputs: Sequence[bool] | None = None, local: str | None = None
+                    ) -> list[Strategy]:
+    """Note [linear in one argument]: tensor ``pos`` Partial, the others Replicate; each output
+    flagged in ``outputs`` (default: one output) is that Partial, the rest Replicate (outputs
+    that do not read tensor ``pos``)."""
+    tensors = op.tensors()
+    flags = list(outputs) if outputs is not None else [True]
+    found = []
+    for p in partials_of(tensors[pos], kinds):
+        ins = tuple(p if i == pos else R for i in range(len(tensors)))
+        found.append(Strategy(ins, tuple(p if f else R for f in flags), local))
+    return found
