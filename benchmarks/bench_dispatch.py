@@ -5,8 +5,9 @@
 Both libraries run in the same simpg world (4 ranks, a 1-D mesh), on the same 8x8 float32
 tensors, with warm caches; the plain-tensor column is the same op on rank 0's local pieces.
 Times are µs per op on rank 0 (best of several rounds: the machine's 2 cores are shared).
-A local op never leaves rank 0; a redistribute is a collective, so its time includes every
-rank's turn (the same for both libraries).
+A local op runs on rank 0 alone; a collective (a redistribute, the backward step's gradient
+reduction) runs on every rank, so its time includes every rank's turn (the same for both
+libraries). The last line measures the floor any Python tensor subclass pays.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ warnings.filterwarnings("ignore")
 N = 8
 
 
-def _time(fn: Callable[[], Any], iters: int, rounds: int) -> float:
+def _time(fn: Callable[[], Any], iters: int, rounds: int, collective: bool) -> float:
     for _ in range(20):
         fn()
     best = float("inf")
     for _ in range(rounds):
-        dist.barrier()
+        if collective:
+            dist.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
@@ -46,17 +48,32 @@ def _time(fn: Callable[[], Any], iters: int, rounds: int) -> float:
     return best * 1e6
 
 
+# rows whose op is a collective: every rank takes part; the others run on rank 0 alone
+COLLECTIVE = {"redistribute S(0)->R", "backward step"}
+
+
 def _cases(lib: Any, mesh: Any, Shard: Any, Replicate: Any) -> dict[str, Callable[[], Any]]:
     full = torch.arange(N * N, dtype=torch.float32).reshape(N, N)
     a = lib.distribute_tensor(full, mesh, [Shard(0)])
     b = lib.distribute_tensor(full, mesh, [Shard(0)])
     r = lib.distribute_tensor(full, mesh, [Replicate()])
+    acc = lib.distribute_tensor(torch.zeros(N, N), mesh, [Shard(0)])
+    w = lib.distribute_tensor(torch.ones(N, N), mesh, [Replicate()]).requires_grad_()
+    plain = torch.ones(N)
+
+    def backward_step() -> None:
+        torch.mm(a, w).sum().backward()
+
     return {
         "add S(0)+S(0)": lambda: a + b,
         "mm S(0)@R": lambda: torch.mm(a, r),
         "sum over S(0) -> P": lambda: a.sum(0),
         "view S(0)": lambda: a.view(N, 2, N // 2),
         "softmax(dim=1) S(0)": lambda: torch.softmax(a, 1),
+        "in-place add_ S(0)": lambda: acc.add_(b),
+        "S(0) * plain tensor": lambda: a * plain,
+        "split (3 outputs) S(0)": lambda: a.split(3, 1),
+        "backward step": backward_step,
         "redistribute S(0)->R": lambda: a.redistribute(mesh, [Replicate()]),
     }
 
@@ -64,31 +81,72 @@ def _cases(lib: Any, mesh: Any, Shard: Any, Replicate: Any) -> dict[str, Callabl
 def _plain_cases() -> dict[str, Callable[[], Any]]:
     a = torch.arange(2 * N, dtype=torch.float32).reshape(2, N)
     r = torch.ones(N, N)
+    acc = torch.zeros(2, N)
+    w = torch.ones(N, N, requires_grad=True)
+    plain = torch.ones(N)
+
+    def backward_step() -> None:
+        torch.mm(a, w).sum().backward()
+
     return {
         "add S(0)+S(0)": lambda: a + a,
         "mm S(0)@R": lambda: torch.mm(a, r),
         "sum over S(0) -> P": lambda: a.sum(0),
         "view S(0)": lambda: a.view(2, 2, N // 2),
         "softmax(dim=1) S(0)": lambda: torch.softmax(a, 1),
+        "in-place add_ S(0)": lambda: acc.add_(a),
+        "S(0) * plain tensor": lambda: a * plain,
+        "split (3 outputs) S(0)": lambda: a.split(3, 1),
+        "backward step": backward_step,
         "redistribute S(0)->R": lambda: torch.cat([a] * 4),
     }
 
 
-def body(iters: int, rounds: int) -> dict[str, dict[str, float]] | None:
+class _Floor(torch.Tensor):
+    """The least a Python tensor subclass pays: unwrap, run, rewrap (no sharding at all)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, local: torch.Tensor) -> "_Floor":
+        r = torch.Tensor._make_wrapper_subclass(cls, local.shape, strides=local.stride(),
+                                                dtype=local.dtype, device=local.device)
+        r.local = local
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        return cls(func(*(x.local if type(x) is cls else x for x in args), **(kwargs or {})))
+
+
+def _time_rows(cases: dict[str, Callable[[], Any]], iters: int, rounds: int,
+               column: str, out: dict[str, dict[str, float]], distributed: bool = True) -> None:
+    for name, fn in cases.items():
+        collective = distributed and name in COLLECTIVE
+        if collective or dist.get_rank() == 0:
+            out.setdefault(name, {})[column] = _time(fn, iters, rounds, collective=collective)
+
+
+def body(iters: int, rounds: int) -> tuple[dict[str, dict[str, float]], float] | None:
     from torch.distributed import device_mesh as torch_mesh
     from torch.distributed import tensor as torch_dt
+    from torch.distributed.tensor.experimental import implicit_replication
 
     ours_mesh = dtensor.init_device_mesh("cpu", (4,))
     theirs_mesh = torch_mesh.init_device_mesh("cpu", (4,))
     out: dict[str, dict[str, float]] = {}
     with dtensor.fallback_policy("silent"):
-        for name, fn in _cases(dtensor, ours_mesh, dtensor.Shard, dtensor.Replicate).items():
-            out.setdefault(name, {})["ours"] = _time(fn, iters, rounds)
-    for name, fn in _cases(torch_dt, theirs_mesh, torch_dt.Shard, torch_dt.Replicate).items():
-        out[name]["torch"] = _time(fn, iters, rounds)
-    for name, fn in _plain_cases().items():
-        out[name]["plain"] = _time(fn, iters, rounds)
-    return out if dist.get_rank() == 0 else None
+        _time_rows(_cases(dtensor, ours_mesh, dtensor.Shard, dtensor.Replicate), iters, rounds,
+                   "ours", out)
+    with implicit_replication():  # torch refuses a plain tensor beside a DTensor otherwise
+        _time_rows(_cases(torch_dt, theirs_mesh, torch_dt.Shard, torch_dt.Replicate), iters,
+                   rounds, "torch", out)
+    if dist.get_rank() != 0:
+        return None
+    _time_rows(_plain_cases(), iters, rounds, "plain", out, distributed=False)
+    floor = _Floor(torch.ones(2, N))
+    return out, _time(lambda: floor + floor, iters, rounds, collective=False)
 
 
 def main() -> None:
@@ -98,7 +156,7 @@ def main() -> None:
                         help="also rewrite this benchmark's block of README.md")
     args = parser.parse_args()
     iters, rounds = (50, 3) if args.quick else (300, 5)
-    figures = simpg.run(body, 4, iters, rounds, timeout=600)[0]
+    figures, floor = simpg.run(body, 4, iters, rounds, timeout=600)[0]
     flag = " --quick" if args.quick else ""
     with readme_figures.tee() as report:
         print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{flag}")
@@ -110,6 +168,9 @@ def main() -> None:
         for name, f in figures.items():
             print(f"| {name} | {f['plain']:.1f} | {f['ours']:.1f} | {f['torch']:.1f} | "
                   f"{f['ours'] / f['torch']:.2f} |")
+        print(f"\nA Python tensor subclass that only unwraps, runs and rewraps (no sharding) "
+              f"pays {floor:.1f} µs per add here: the floor under any Python __torch_dispatch__; "
+              f"torch's DTensor dispatches in C++.")
     if args.write_readme:
         readme_figures.write_readme("bench-dispatch", report.getvalue(),
                                     f".venv/bin/python benchmarks/bench_dispatch.py{flag} "

@@ -177,12 +177,14 @@ def dispatch(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
                 key.append(type(a))
             elif _int_list(a):
                 key.append(tuple(a))
+            elif type(a) is torch.Tensor:  # taken as Replicate (Note [plain tensors])
+                key.append((a.shape, a.stride(), a.dtype, a.device))
             else:
                 break
         else:
             fast = mesh.__dict__.get("_fast_plans") if mesh is not None else None
             if fast is not None and (entry := fast.get(tuple(key))) is not None \
-                    and not debug.recording():
+                    and not (debug.recording() or _check_plain.get()):
                 largs = [a._local_tensor if type(a) is cls else a for a in args]
                 for i, value in entry.rewrite:
                     largs[i] = value
@@ -273,6 +275,8 @@ def _record_fast(func: Any, args: tuple, plan: _Plan, out: Any, mesh: Any,
             key.append(x._tspec)
         elif type(x) in _SCALARS:
             key += [x, type(x)]
+        elif type(x) is torch.Tensor:
+            key.append((x.shape, x.stride(), x.dtype, x.device))
         else:
             key.append(tuple(x))
     sources = _return_sources(func)
@@ -293,12 +297,14 @@ def _fits_fast_path(plan: _Plan, tensors: list, args: tuple, DTensor: type) -> b
                               and type(args[sources[0][0]]) is DTensor
                               and plan.out_specs[0][0] == args[sources[0][0]]._spec):
         return False  # one written argument, returned as it is, or the general path
-    if any(type(a) is not DTensor and type(a) not in _SCALARS and not _int_list(a)
-           for a in args):
+    if any(type(a) not in (DTensor, torch.Tensor) and type(a) not in _SCALARS
+           and not _int_list(a) for a in args):
         return False
-    if any(t._pinned for t in tensors):
+    if any(type(t) is DTensor and t._pinned for t in tensors):
         return False
-    if any(p != t._spec.placements for p, t in zip(d.chosen.inputs, tensors)):
+    replicated = (Replicate(),) * len(d.op.mesh_shape)
+    if any(p != (t._spec.placements if type(t) is DTensor else replicated)
+           for p, t in zip(d.chosen.inputs, tensors)):
         return False
     return plan.in_place or all(src is None for src in sources)
 

@@ -89,3 +89,23 @@ def test_pinned_and_moved_inputs_stay_on_the_general_path():
         return _fast_entries(mesh) - before
 
     assert _world((2,), body) == [0, 0]
+
+
+def test_plain_tensors_ride_the_fast_path_and_check_replicated_still_checks():
+    import pytest
+    import torch.distributed as dist
+
+    from dtensor.dispatch import check_replicated
+
+    def body(mesh):
+        a = distribute_tensor(torch.ones(4, 3), mesh, [Shard(0)])
+        plain = torch.arange(3.0)
+        first = a * plain
+        entries = _fast_entries(mesh)
+        again = a * plain
+        with check_replicated(), pytest.raises(ValueError, match="differs across ranks"):
+            a * (plain + dist.get_rank())
+        return (entries > 0, torch.equal(first.full_tensor(), again.full_tensor()),
+                again.placements)
+
+    assert _world((2,), body) == [(True, True, (Shard(0),))] * 2
