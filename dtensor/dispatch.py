@@ -317,7 +317,7 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
     it is raised here, as one device would, rather than after gathering."""
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
     try:
-        metas = _output_meta(op)
+        metas = [] if _returns_no_tensor(func) else _output_meta(op)
     except NotImplementedError:
         return None
     except RuntimeError as e:
@@ -441,6 +441,12 @@ def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh:
             value = original
         results.append(value)
     return tuple(results) if isinstance(out, tuple) else results[0]
+
+
+@lru_cache(maxsize=4096)
+def _returns_no_tensor(func: Any) -> bool:
+    """item() returns a Python number: there is no output to lay out (and no meta kernel)."""
+    return all("Tensor" not in str(r.type) for r in func._schema.returns)
 
 
 @lru_cache(maxsize=4096)

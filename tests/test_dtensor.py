@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import simpg
 from mesh_world import run_on_mesh as _in_world
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
-from dtensor import api
+from dtensor import api, fallback_policy
 from dtensor.layout import local_slices
 
 MESHES = [(4,), (2, 2), (2, 4)]
@@ -215,3 +215,14 @@ def test_pointwise_on_same_spec_runs_locally_without_communication():
         return c.full_tensor()
 
     assert torch.equal(_in_world((4,), body)[0], torch.arange(6.0) * 3)
+
+
+def test_item_reads_the_whole_value_without_the_fallback():
+    # _local_scalar_dense has a rule: Replicate in, a Python number out (no placement)
+    def body(mesh):
+        a = distribute_tensor(torch.arange(4.0), mesh, [Shard(0)])
+        with fallback_policy("error"):
+            return (a.sum().item(), a[3].item(), (a > 1).any().item(),
+                    DTensor.from_local(torch.tensor(1.5), mesh, [Partial()]).item())
+
+    assert _in_world((2,), body) == [(6.0, 3.0, True, 3.0)] * 2

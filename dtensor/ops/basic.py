@@ -50,3 +50,10 @@ def new_factory(op: OpSpec) -> list[Strategy]:
         options.remove(here)
         options.insert(0, here)
     return [Strategy((here,), (p,)) for p in options]
+
+
+@sharding_rule(aten._local_scalar_dense.default)
+def local_scalar(op: OpSpec) -> list[Strategy]:
+    """``item()``: a Python number, so every rank needs the one element whole (a Shard is
+    gathered, a Partial reduced); the output is no tensor, so it has no placement."""
+    return [Strategy((Replicate(),), ())]
