@@ -22,6 +22,7 @@ backend gets the portable fallbacks.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import torch
 import torch.distributed as dist
 
+from dtensor import comm_functional as _functional
 from dtensor.debug_comm import _comm_log, _note
 from dtensor.debug_comm import quiet as _quiet_comm_log
 
@@ -261,3 +263,26 @@ def _check_shapes(what: str, tensor: torch.Tensor, shapes: Sequence[Sequence[int
         raise ValueError(f"{what}: this rank (group rank {me}) holds shape "
                          f"{tuple(tensor.shape)} but shapes[{me}] is {out[me]}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# While a graph is traced, the four run as functional collectives (Note [functional
+# collectives] in dtensor/comm_functional.py); eager calls pay one check.
+
+
+def _traceable(eager: Callable[..., Any], functional: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(eager)
+    def call(first: Any, *args: Any, async_op: bool = False, **kwargs: Any) -> Any:
+        t = first if isinstance(first, torch.Tensor) else first[0]
+        if not _functional.tracing(t):
+            return eager(first, *args, async_op=async_op, **kwargs)
+        out = functional(first, *args, caps=capabilities, **kwargs)
+        return Handle.done(out) if async_op else out
+
+    return call
+
+
+all_gather = _traceable(all_gather, _functional.all_gather)
+all_to_all = _traceable(all_to_all, _functional.all_to_all)
+all_reduce = _traceable(all_reduce, _functional.all_reduce)
+reduce_scatter = _traceable(reduce_scatter, _functional.reduce_scatter)

@@ -381,6 +381,11 @@ class DeviceMesh:
     def _key(self) -> tuple:
         return (self.device_type, self.shape, self._flat, self.mesh_dim_names)
 
+    def __fx_repr__(self) -> tuple[str, dict[str, object]]:
+        # a traced graph refers to this very mesh (its process groups), by a unique global
+        name = f"_dtensor_mesh_{id(self):x}"
+        return name, {name: self}
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and self._key() == other._key()
 

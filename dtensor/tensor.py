@@ -9,6 +9,7 @@ import torch
 from torch.utils import _foreach_utils
 
 from dtensor import _autograd
+from dtensor import compile as _compile  # noqa: F401  (Note [the mesh in a graph])
 from dtensor.dispatch import dispatch
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
@@ -80,6 +81,19 @@ class DTensor(torch.Tensor):
         s = self._spec
         return (_rebuild, (self._local_tensor.detach(), s.mesh, s.placements, s.shape,
                            s.stride, self.requires_grad))
+
+    # -- tracing (Note [tracing DTensors] in dtensor.compile) ---------------------------------
+    def __tensor_flatten__(self) -> tuple[list[str], tuple]:
+        # the binding is part of the guard: a graph bakes in this rank's groups and pieces
+        return ["_local_tensor"], (self._spec, _compile.binding(self._spec.mesh),
+                                   self.requires_grad)
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: tuple, outer_size: Any,
+                             outer_stride: Any) -> DTensor:
+        spec, _binding, requires_grad = ctx
+        spec = _traced_spec(spec, outer_size, outer_stride)
+        return DTensor(inner["_local_tensor"], spec, requires_grad=requires_grad)
 
     # aten-level dispatch does all the work; the Python-level hook would only re-wrap results
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -196,6 +210,19 @@ def _rebuild(local: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement,
     """Unpickle a DTensor: its piece under its spec, as a leaf."""
     spec = DTensorSpec(mesh, tuple(placements), tuple(shape), tuple(stride), local.dtype)
     return DTensor(local, spec, requires_grad=requires_grad)
+
+
+def _traced_spec(spec: DTensorSpec, outer_size: Any, outer_stride: Any) -> DTensorSpec:
+    """The spec a traced DTensor is rebuilt with: its sizes as the tracer gives them, which
+    must be plain ints (Note [static shapes only] in dtensor.compile)."""
+    size, stride = tuple(outer_size), tuple(outer_stride)
+    if not all(type(v) is int for v in size + stride):
+        from dtensor.compile import DynamicShapeError
+
+        raise DynamicShapeError(spec, size)
+    if size == spec.shape and stride == spec.stride:
+        return spec
+    return DTensorSpec(spec.mesh, spec.placements, size, stride, spec.dtype)
 
 
 def strides_like(local: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...]:

@@ -1,0 +1,68 @@
+"""torch.compile of code on DTensors: what makes it traceable, and its limits.
+
+Note [tracing DTensors]
+DTensor is a traceable wrapper subclass: ``__tensor_flatten__`` names its one inner tensor
+(``_local_tensor``) and a context ``(spec, binding, requires_grad)``. Dynamo guards
+on that context by equality, so a compiled graph is reused only for inputs with the same
+mesh, placements, global shape, stride and dtype, bound the same way (``binding``: this
+rank's mesh coordinate and the names of its groups). The binding matters where ranks share a process (simpg runs ranks as threads, and dynamo's
+cache is per code object, process-wide): a graph bakes in this rank's process groups and its
+pieces' shapes and offsets, and would be wrong on any other rank. Under torchrun it is a
+constant of the process.
+
+AOTAutograd then runs ``__torch_dispatch__`` with fake local tensors and under
+functionalization: the sharding decision is pure Python on specs and runs as in eager; the
+collectives go through ``dtensor.comm_functional`` (Note [functional collectives]).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtensor.mesh import DeviceMesh
+from dtensor.spec import DTensorSpec
+
+
+def binding(mesh: DeviceMesh) -> tuple:
+    """What a graph traced on ``mesh`` bakes in beyond the mesh's description: this rank's
+    coordinate and the names of its groups (Note [tracing DTensors]). Cached on the mesh."""
+    found = mesh.__dict__.get("_traced_binding")
+    if found is None:
+        names = tuple(g.group_name if g is not None else None for g in mesh._dim_groups)
+        found = mesh.__dict__["_traced_binding"] = (mesh._coord, names)
+    return found
+
+
+class DynamicShapeError(NotImplementedError):
+    """A DTensor traced with symbolic sizes (Note [static shapes only]).
+
+    Note [static shapes only]
+    Sharding rules, the redistribute planner and the dispatch caches take global shapes as
+    ints, so a DTensor cannot be traced with symbolic sizes. Compile with
+    ``dynamic=False``; a new shape then compiles a new graph.
+    """
+
+    def __init__(self, spec: DTensorSpec, size: tuple[Any, ...]) -> None:
+        self.spec = spec
+        self.size = size
+        super().__init__(
+            f"a DTensor ({spec}) was traced with symbolic sizes {size}: dtensor supports "
+            f"static shapes only; compile with torch.compile(..., dynamic=False)")
+
+
+def _register_mesh() -> None:
+    """Note [the mesh in a graph]
+    A compiled graph calls DTensor methods that take the mesh (``redistribute(mesh, ...)``,
+    ``DTensor.from_local(x, mesh, ...)``), so the mesh must be a graph constant: it is an
+    opaque value type, guarded by equality (which includes this rank's coordinate) and
+    written into the graph's code as a global naming this very object."""
+    from torch._library.opaque_object import MemberType, register_opaque_type
+
+    real = MemberType.USE_REAL
+    members = {name: real for name in (
+        "ndim", "shape", "size", "device_type", "mesh_dim_names", "get_coordinate",
+        "get_local_rank", "get_rank", "__eq__", "__ne__", "__hash__")}
+    register_opaque_type(DeviceMesh, typ="value", members=members)
+
+
+_register_mesh()
