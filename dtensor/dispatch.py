@@ -28,6 +28,7 @@ does not see it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import contextvars
 import warnings
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from torch.utils import _pytree as pytree
 import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
-from dtensor.ops.propagate import Decision, decide
+from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
 from dtensor.layout import local_box
 from dtensor.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
@@ -243,7 +244,14 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
         key = None
     if plan is None:
         if func in REGISTRY and key is not None:
-            plan = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
+            try:
+                plan = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
+            except ShardingError as e:
+                if not _relocate_written(func, dargs, dkwargs, tensors, mesh, pinned, DTensor):
+                    raise ShardingError(f"{e}\n(an in-place target moves only when it is not "
+                                        "pinned and no view shares its piece: Note "
+                                        "[relocating an in-place target])") from None
+                return _dispatch(DTensor, func, args, kwargs)  # the targets moved: again
         if plan is None:
             flat, tree = pytree.tree_flatten((args, kwargs))
             return _fallback(func, flat, tree, [t for t in tensors if isinstance(t, DTensor)])
@@ -259,6 +267,62 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
     if not kwargs and key is not None and _fits_fast_path(plan, tensors, args, DTensor):
         _record_fast(func, args, plan, out, mesh, DTensor)
     return out
+
+
+# Note [relocating an in-place target]
+# An in-place op keeps its target's placements, so a target whose placement admits no strategy
+# (digamma_ on a Partial(sum): digamma of a sum is not a sum of digammas) has none. One device
+# would just write it; so do we: the target is first redistributed, in place, to the
+# placement the cheapest strategy wants, then the op runs as usual. Only a target whose piece
+# nothing else shares is moved: a view taken from it earlier holds the old piece and would not
+# see the write, so there the ShardingError stands. Pinned targets never move.
+def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, mesh: Any,
+                      pinned: frozenset[int] | None, DTensor: type) -> bool:
+    op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
+    written = _written(func, op)
+    if not written or (pinned and written & pinned):
+        return False
+    targets = [tensors[i] for i in written]
+    if not all(type(t) is DTensor and _sole_owner(t._local_tensor) for t in targets):
+        return False
+    for cand in candidates(op):
+        moved = {i: cand.inputs[i] for i in written}
+        specs = [dataclasses.replace(t, placements=moved[i]) if i in moved else t
+                 for i, t in enumerate(op.tensors())]
+        try:
+            decide(_respec(op, specs), written | (pinned or frozenset()))
+        except ShardingError:
+            continue
+        for i in written:
+            t = tensors[i]
+            t._local_tensor = redistribute_local_tensor(
+                t._local_tensor, mesh, t._spec.placements, moved[i], t._spec.shape)
+            t._spec = dataclasses.replace(t._spec, placements=moved[i])
+            t._tspec = dataclasses.replace(t._tspec, placements=moved[i])
+        return True
+    return False
+
+
+def _sole_owner(local: torch.Tensor) -> bool:
+    """No other tensor shares this piece's storage (the storage object made to ask counts
+    one; the piece itself one)."""
+    return torch._C._storage_Use_Count(local.untyped_storage()._cdata) <= 2
+
+
+def _respec(op: OpSpec, specs: list[TensorSpec]) -> OpSpec:
+    """``op`` with its tensor arguments replaced, in order, by ``specs``."""
+    it = iter(specs)
+
+    def swap(x: Any) -> Any:
+        if isinstance(x, TensorSpec):
+            return next(it)
+        if isinstance(x, tuple):
+            return tuple(swap(v) for v in x)
+        return x
+
+    args = tuple(swap(a) for a in op.args)
+    kwargs = tuple((k, swap(v)) for k, v in op.kwargs)
+    return OpSpec(op.op, args, kwargs, op.mesh_shape)
 
 
 def _record_fast(func: Any, args: tuple, plan: _Plan, out: Any, mesh: Any,
