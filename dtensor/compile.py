@@ -17,7 +17,10 @@ collectives go through ``dtensor.comm_functional`` (Note [functional collectives
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.abc
+import importlib.util
+import sys
+from typing import Any, Callable
 
 from dtensor.mesh import DeviceMesh
 from dtensor.spec import DTensorSpec
@@ -66,3 +69,39 @@ def _register_mesh() -> None:
 
 
 _register_mesh()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then`` right after module ``name`` has been executed (once)."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            self.then()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def when_dynamo_loads(then: Callable[[], None]) -> None:
+    """Note [from_local in a graph]
+    Dynamo would inline ``DTensor.from_local`` and stop at its checks on the mesh; marked
+    ``allow_in_graph`` it is one node of the graph, run by AOTAutograd on fake pieces like
+    ``redistribute`` and ``to_local`` (tensor methods, which dynamo puts in the graph as they
+    are). Marking needs ``torch._dynamo``, whose import costs seconds: it is done when
+    something else imports it (``torch.compile`` does), or now if it is loaded."""
+    if "torch._dynamo" in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch._dynamo", then))

@@ -15,7 +15,7 @@ from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
-from dtensor.spec import DTensorSpec, contiguous_strides
+from dtensor.spec import DTensorSpec, contiguous_strides, replicate_partials
 
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass  # type: ignore[attr-defined]
@@ -94,6 +94,20 @@ class DTensor(torch.Tensor):
         spec, _binding, requires_grad = ctx
         spec = _traced_spec(spec, outer_size, outer_stride)
         return DTensor(inner["_local_tensor"], spec, requires_grad=requires_grad)
+
+    def __coerce_tangent_metadata__(self) -> DTensor:
+        # Note [tangents] in dtensor.compile: a Partial gradient is only a promise of a sum
+        spec = self._spec
+        if not spec.has_partial:
+            return self
+        return self.redistribute(spec.mesh, replicate_partials(spec.placements))
+
+    def __coerce_same_metadata_as_tangent__(self, ctx: tuple,
+                                            expected_type: type | None = None) -> DTensor | None:
+        if expected_type is not None:
+            return None  # a DTensor cannot become another subclass
+        spec = ctx[0]
+        return self.redistribute(spec.mesh, spec.placements)
 
     # aten-level dispatch does all the work; the Python-level hook would only re-wrap results
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -265,3 +279,4 @@ if DTensor not in _foreach_utils._foreach_supported_types:
     _foreach_utils._foreach_supported_types.append(DTensor)
 
 __all__ = ["DTensor", "make_dtensor"]
+_compile.when_dynamo_loads(lambda: torch.compiler.allow_in_graph(DTensor.from_local))
