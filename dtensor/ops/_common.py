@@ -16,8 +16,8 @@ floating and complex tensors: an integer mean would round.
 Note [moves keep every Partial]
 An op whose every output element is one input element moved (reflection and replication
 padding, nearest upsampling, diagonal, view_as_real) commutes with any elementwise
-reduction over ranks, so P(sum)/P(avg)/P(max)/P(min) all pass through. max/min need an order:
-not on complex tensors.
+reduction over ranks, so P(sum)/P(avg)/P(max)/P(min) all pass through (``partials_of`` keeps
+those the dtype can hold).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ MOVES = LINEAR + (Partial("max"), Partial("min"))
 
 
 def partials_of(t: TensorSpec, kinds: Sequence[Partial]) -> list[Partial]:
-    """``kinds`` that can hold ``t``'s dtype: no P(avg) of integers (rounds), no P(max)/P(min)
-    of complex (unordered), no Partial at all of bool (no addends)."""
-    if t.dtype.is_complex:
-        return [p for p in kinds if p.reduce_op in ("sum", "avg")]
+    """``kinds`` that can hold ``t``'s dtype: no P(avg) of integers (rounds) nor of complex
+    (the runtime refuses it), no P(max)/P(min) of complex (unordered), none of bool."""
+    if t.dtype.is_complex:  # the runtime divides only real floats for P(avg)
+        return [p for p in kinds if p.reduce_op == "sum"]
     if not t.dtype.is_floating_point:
         if str(t.dtype) == "torch.bool":
             return []

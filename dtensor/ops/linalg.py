@@ -1,0 +1,165 @@
+"""Linear algebra over batch dims: factorizations, inverses, solves, decompositions,
+determinants, matrix exponential, pseudo-inverse; and ``vdot``.
+
+Note [batched matrices]
+These ops treat the last one or two dims of each argument as one matrix (or a vector of
+pivots, of eigenvalues, a scalar determinant) and every leading dim as a batch of independent
+problems (Note [independent dims] in _common). The matrix dims must be whole on every rank:
+an inverse, a factorization or a solve mixes every element of its matrix. A batch dim may be
+sharded: each rank solves its own problems, and each output is its piece of the batch, uneven
+and empty pieces included. Batch dims broadcast like pointwise ops (``solve(A (n, n),
+B (b, n, k))``): a broadcast argument (batch size 1, or the dim missing) is Replicate, and an
+output that lacks the dim (the LU factors of an unbatched A) is the same on every rank, so
+Replicate too. Output shapes come from the op's meta kernel, so the rule reads the broadcast
+exactly as torch does; an op without one gets Replicate only.
+
+Solves are linear in the right-hand side with the matrix fixed, A^-1 (B1 + B2) = A^-1 B1 +
+A^-1 B2: P(sum)/P(avg) B with A Replicate gives that Partial solution (Note [linear in one
+argument]); the factors returned next to it do not read B and stay Replicate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dtensor.ops._common import LINEAR, R, partials_of
+from dtensor.ops.matmul import einsum_strategies
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.placements import Partial, Placement, Shard
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True, slots=True)
+class Batched:
+    """One row of ``_TABLE``: trailing core dims of each tensor input (extra inputs: 0, like
+    pinv's optional tolerances) and of each output; the right-hand side, if linear in one."""
+
+    cores_in: tuple[int, ...]
+    cores_out: tuple[int, ...]
+    linear_in: int | None = None
+    linear_out: tuple[bool, ...] = (True,)
+
+
+_TABLE: dict[object, Batched] = {
+    aten.cholesky.default: Batched((2,), (2,)),
+    aten.linalg_cholesky_ex.default: Batched((2,), (2, 0)),  # (L, info)
+    aten.cholesky_inverse.default: Batched((2,), (2,)),
+    aten.linalg_inv_ex.default: Batched((2,), (2, 0)),  # (inverse, info)
+    aten.linalg_matrix_exp.default: Batched((2,), (2,)),
+    aten.linalg_qr.default: Batched((2,), (2, 2)),
+    aten._linalg_eigh.default: Batched((2,), (1, 2)),  # (eigenvalues, eigenvectors)
+    aten.linalg_eig.default: Batched((2,), (1, 2)),
+    aten._linalg_eigvals.default: Batched((2,), (1,)),
+    aten._linalg_svd.default: Batched((2,), (2, 1, 2)),  # (U, S, Vh)
+    aten.linalg_lu_factor_ex.default: Batched((2,), (2, 1, 0)),  # (LU, pivots, info)
+    aten.linalg_lu.default: Batched((2,), (2, 2, 2)),  # (P, L, U)
+    aten.lu_unpack.default: Batched((2, 1), (2, 2, 2)),
+    aten.linalg_ldl_factor_ex.default: Batched((2,), (2, 1, 0)),
+    aten._linalg_det.default: Batched((2,), (0, 2, 1)),  # (det, LU, pivots)
+    aten._linalg_slogdet.default: Batched((2,), (0, 0, 2, 1)),  # (sign, logabsdet, LU, piv)
+    aten.linalg_pinv.atol_rtol_tensor: Batched((2,), (2,)),  # atol/rtol: per batch entry
+    aten.linalg_householder_product.default: Batched((2, 1), (2,)),  # (A, tau)
+    # solves: linear in the right-hand side
+    aten._linalg_solve_ex.default: Batched((2, 2), (2, 2, 1, 0), 1, (True, False, False, False)),
+    aten.linalg_lu_solve.default: Batched((2, 1, 2), (2,), 2),  # (LU, pivots, B)
+    aten.linalg_ldl_solve.default: Batched((2, 1, 2), (2,), 2),  # (LD, pivots, B)
+    aten.triangular_solve.default: Batched((2, 2), (2, 2), 0, (True, False)),  # (B, A)
+    aten.linalg_solve_triangular.default: Batched((2, 2), (2,), 1),  # (A, B)
+    aten.cholesky_solve.default: Batched((2, 2), (2,), 0),  # (B, L)
+    aten.ormqr.default: Batched((2, 1, 2), (2,), 2),  # Q(A, tau) @ C: linear in C
+}
+
+
+def _meta(x: Any) -> Any:
+    if isinstance(x, TensorSpec):
+        return torch.empty(x.shape, dtype=x.dtype, device="meta")
+    if isinstance(x, tuple) and any(isinstance(v, TensorSpec) for v in x):
+        return [_meta(v) for v in x]
+    return x
+
+
+def output_shapes(op: OpSpec) -> list[tuple[int, ...]] | None:
+    """The outputs' global shapes from the op's meta kernel; None if it has none."""
+    try:
+        out = op.op(*(_meta(a) for a in op.args), **{k: _meta(v) for k, v in op.kwargs})
+    except (NotImplementedError, RuntimeError):
+        return None
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [tuple(t.shape) for t in outs]
+
+
+def _solve_cores(op: OpSpec, row: Batched) -> Batched:
+    """linalg.solve takes B as a vector when B is (n,) or A's batch + (n,) (left=True)."""
+    a, b = op.tensors()
+    vector = op.arg(2, "left", True) and (b.ndim == 1 or (b.ndim == a.ndim - 1
+                                                         and b.shape == a.shape[:-1]))
+    if not vector:
+        return row
+    return Batched((2, 1), (1,) + row.cores_out[1:], row.linear_in, row.linear_out)
+
+
+def batch_strategies(op: OpSpec, row: Batched) -> list[Strategy]:
+    """Note [batched matrices]: Replicate, one strategy per batch dim, the linear Partials."""
+    tensors = op.tensors()
+    cores = row.cores_in + (0,) * (len(tensors) - len(row.cores_in))
+    n_out = len(row.cores_out)
+    found = [Strategy((R,) * len(tensors), (R,) * n_out)]
+    shapes = output_shapes(op)
+    if shapes is None:
+        return found
+    batch = [t.shape[:max(t.ndim - c, 0)] for t, c in zip(tensors, cores)]
+    full = tuple(torch.broadcast_shapes(*batch))
+    for b, size in enumerate(full):
+        ins = tuple(_aligned(s, full, b) for s in batch)
+        if all(p == R for p in ins):
+            continue
+        outs = tuple(_aligned(shape[:max(len(shape) - c, 0)] if len(shape) >= c else (),
+                              full, b) for shape, c in zip(shapes, row.cores_out))
+        found.append(Strategy(ins, outs))
+    if row.linear_in is not None and row.linear_in < len(tensors):
+        for p in partials_of(tensors[row.linear_in], LINEAR):
+            ins = tuple(p if i == row.linear_in else R for i in range(len(tensors)))
+            found.append(Strategy(ins, tuple(p if f else R for f in row.linear_out)))
+    return found
+
+
+def _aligned(batch: tuple[int, ...], full: tuple[int, ...], b: int) -> Placement:
+    """Shard of the dim of ``batch`` that lines up with batch dim ``b`` of ``full`` (batch
+    dims align to the right), or Replicate where it broadcasts or is missing."""
+    d = b - (len(full) - len(batch))
+    return Shard(d) if d >= 0 and batch[d] == full[b] else R
+
+
+@sharding_rule(*_TABLE)
+def batched_linalg(op: OpSpec) -> list[Strategy]:
+    row = _TABLE[op.op]
+    if op.op is aten._linalg_solve_ex.default:
+        row = _solve_cores(op, row)
+    return batch_strategies(op, row)
+
+
+@sharding_rule(aten.vdot.default)
+def vdot(op: OpSpec) -> list[Strategy]:
+    """``vdot(x, y) = sum(conj(x) * y)``: a dot product, "k,k->". Both sharded alike -> each
+    rank's partial sum, P(sum); one operand P(sum)/P(avg), the other Replicate -> the same
+    Partial (conj is additive: conj(x1 + x2) = conj(x1) + conj(x2)). No P(avg) of complex
+    operands: the runtime refuses it."""
+    tensors = op.tensors()
+    found = einsum_strategies("k,k->", tensors)
+    if not tensors[0].dtype.is_complex:
+        return found
+    return [s for s in found if Partial("avg") not in s.inputs + s.outputs]
+
+
+@sharding_rule(aten._linalg_check_errors.default)
+def check_errors(op: OpSpec) -> list[Strategy]:
+    """``_linalg_check_errors(info, api_name, is_matrix)`` raises if an ``info`` entry is
+    nonzero and returns nothing: each rank checks its own piece of a batch (a failing problem
+    raises on the rank that holds it, which ends the world). Not a Partial: a sum of infos
+    is no info."""
+    info = op.tensors()[0]
+    return [Strategy((R,), ())] + [Strategy((Shard(d),), ()) for d in range(info.ndim)]
