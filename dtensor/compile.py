@@ -56,16 +56,29 @@ class DynamicShapeError(NotImplementedError):
 def _register_mesh() -> None:
     """Note [the mesh in a graph]
     A compiled graph calls DTensor methods that take the mesh (``redistribute(mesh, ...)``,
-    ``DTensor.from_local(x, mesh, ...)``), so the mesh must be a graph constant: it is an
-    opaque value type, guarded by equality (which includes this rank's coordinate) and
-    written into the graph's code as a global naming this very object."""
+    ``DTensor.from_local(x, mesh, ...)``), so the mesh must be something dynamo can put in a
+    graph: it is an opaque reference type, a graph input guarded by ``binding`` (this rank's
+    coordinate and group names). A value type would be guarded by ``==``, which ignores the
+    rank: with ranks as threads, a graph traced on rank 0 from a mesh in a closure was
+    reused by the other ranks, with rank 0's pieces baked in (seen: 3 ranks all got
+    [0., 1.] of Replicate->Shard(0) of arange(5)). While AOTAutograd traces, the mesh arrives
+    wrapped (a ``FakeScriptObject``): ``real_mesh`` unwraps it."""
     from torch._library.opaque_object import MemberType, register_opaque_type
 
     real = MemberType.USE_REAL
     members = {name: real for name in (
         "ndim", "shape", "size", "device_type", "mesh_dim_names", "get_coordinate",
         "get_local_rank", "get_rank", "__eq__", "__ne__", "__hash__")}
-    register_opaque_type(DeviceMesh, typ="value", members=members)
+    register_opaque_type(DeviceMesh, typ="reference", members=members, guard_fn=binding_list)
+
+
+def binding_list(mesh: DeviceMesh) -> list:
+    return list(binding(mesh))
+
+
+def real_mesh(mesh: Any) -> Any:
+    """``mesh`` itself, or the mesh a tracer's ``FakeScriptObject`` stands for."""
+    return getattr(mesh, "real_obj", mesh) if type(mesh) is not DeviceMesh else mesh
 
 
 _register_mesh()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch._opaque_base import OpaqueBaseMeta
 
 from dtensor.layout import mesh_coordinates, mesh_groups
 
@@ -185,7 +186,7 @@ class _Groups:
         self.by_ranks: dict[tuple[int, ...], dist.ProcessGroup] = {}
 
 
-class DeviceMesh:
+class DeviceMesh(metaclass=OpaqueBaseMeta):  # a graph input: Note [the mesh in a graph]
     """A logical mesh (``spec``) bound to global ranks and process groups.
 
     ``mesh`` is a nested list or tensor of global ranks; rank ``mesh[c]`` sits at coordinate
@@ -380,11 +381,6 @@ class DeviceMesh:
     # -- identity ----------------------------------------------------------------------------
     def _key(self) -> tuple:
         return (self.device_type, self.shape, self._flat, self.mesh_dim_names)
-
-    def __fx_repr__(self) -> tuple[str, dict[str, object]]:
-        # a traced graph refers to this very mesh (its process groups), by a unique global
-        name = f"_dtensor_mesh_{id(self):x}"
-        return name, {name: self}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and self._key() == other._key()

@@ -155,7 +155,7 @@ class DTensor(torch.Tensor):
                             f"a DTensor with placements {local_tensor.placements}: use "
                             "redistribute() to change its placements, or to_local() first")
         refuse_torch_dtensor(local_tensor, "DTensor.from_local")
-        mesh = resolve_mesh(device_mesh, "DTensor.from_local")
+        mesh = resolve_mesh(_compile.real_mesh(device_mesh), "DTensor.from_local")
         placements = normalize_placements(
             placements if placements is not None else [Replicate()] * mesh.ndim,
             local_tensor.dim(), mesh.ndim, shape=local_tensor.shape)
@@ -198,7 +198,7 @@ class DTensor(torch.Tensor):
         ``forward_dtype`` casts before the forward collectives (the result has that dtype);
         ``backward_dtype`` casts the gradient before the backward ones (it returns in this
         DTensor's dtype). ``async_op=True`` is accepted and finishes before returning."""
-        mesh = device_mesh if device_mesh is not None else self._spec.mesh
+        mesh = _compile.real_mesh(device_mesh) if device_mesh is not None else self._spec.mesh
         refuse_torch_mesh(mesh, "DTensor.redistribute")
         if mesh != self._spec.mesh:
             raise ValueError(f"redistribute to another mesh is not supported: the DTensor lives on "
