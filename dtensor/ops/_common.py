@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Collection, Iterable, Sequence
 
+import torch
+
 from dtensor.ops.reductions import no_empty_piece
 from dtensor.ops.registry import OpSpec, Strategy, TensorSpec
 from dtensor.placements import Partial, Placement, Replicate, Shard
@@ -92,4 +94,21 @@ def linear_partials(op: OpSpec, pos: int, kinds: Sequence[Partial] = LINEAR,
     for p in partials_of(tensors[pos], kinds):
         ins = tuple(p if i == pos else R for i in range(len(tensors)))
         found.append(Strategy(ins, tuple(p if f else R for f in flags), local))
+    return found
+
+
+def broadcast_shards(op: OpSpec) -> list[Strategy]:
+    """Elementwise with broadcasting: Replicate, or output Shard(d) with each input sharded
+    on its dim aligned to d (Replicate where it broadcasts). The shard half of
+    ``pointwise_rule``, for ops the pointwise tag misses (this module must not import
+    ``pointwise``: importing it registers the generic rule before the families' own)."""
+    tensors = op.tensors()
+    out = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+    found = [Strategy((R,) * len(tensors), (R,))]
+    for d, size in enumerate(out):
+        ins = []
+        for t in tensors:
+            i = d - (len(out) - t.ndim)
+            ins.append(Shard(i) if i >= 0 and t.shape[i] == size else R)
+        found.append(Strategy(tuple(ins), (Shard(d),)))
     return found
