@@ -32,6 +32,10 @@ CASES = [
     (aten.diag_embed.default, (_r(5, 4, 3), 1, 0, 2), {}),
     (aten.diag_embed.default, (_r(2, 5), -2, -1, 1), {}),
     (aten.diag_embed.default, (_r(7),), {}),
+    (aten.tril.default, (_r(5, 3, 4),), {}),
+    (aten.tril.default, (_r(3, 2, 4, 4), -1), {}),
+    (aten.triu.default, (torch.arange(45).view(5, 3, 3), 1), {}),
+    (aten.triu.default, (_r(0, 3, 2),), {}),
 ]
 
 

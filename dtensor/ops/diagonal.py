@@ -1,4 +1,5 @@
-"""The diagonal family: diagonal, diagonal_copy, diagonal_backward, diag_embed.
+"""The diagonal family: diagonal, diagonal_copy, diagonal_backward, diag_embed; and the
+triangle masks tril/triu.
 
 ``diagonal(x, offset, dim1, dim2)`` drops dims dim1 and dim2 and appends the diagonal as the
 last dim; ``diag_embed`` is its inverse, spreading the last dim over two new dims (zeros
@@ -60,3 +61,13 @@ def diag_embed(op: OpSpec) -> list[Strategy]:
     n = x.ndim + 1
     a, b = dim_of(op.arg(2, "dim1", -2), n), dim_of(op.arg(3, "dim2", -1), n)
     return _carried(op, list(enumerate(_others(n, a, b)))[:max(x.ndim - 1, 0)])
+
+
+@sharding_rule(aten.tril.default, aten.triu.default)
+def triangle(op: OpSpec) -> list[Strategy]:
+    """``tril(x, diagonal)`` keeps x[..., i, j] where j - i <= diagonal, zeros the rest. The
+    mask is drawn by global row and column, so the last two dims are whole (a rank's rows
+    would be masked as if they started at row 0); each leading (batch) dim carries through.
+    Kept elements and zeros reduce to themselves under every Partial kind."""
+    x = op.tensors()[0]
+    return _carried(op, [(d, d) for d in range(max(x.ndim - 2, 0))])
