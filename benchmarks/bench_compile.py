@@ -1,0 +1,143 @@
+"""A compiled tensor-parallel training step, ours against torch's DTensor, on simpg.
+
+    .venv/bin/python benchmarks/bench_compile.py                  # tp=2, inductor
+    .venv/bin/python benchmarks/bench_compile.py --tp 4 --backend aot_eager --steps 20
+
+The model: a 2-layer MLP (``--dim`` -> ``--hidden`` -> ``--dim``), ``ColwiseParallel`` on
+the first layer and ``RowwiseParallel`` on the second, ours from ``dtensor.parallel`` and
+torch's from ``torch.distributed.tensor.parallel``, the same weights and batch. A step is
+forward, a mean-square loss, backward and an SGD update. Each library runs it eagerly and
+compiled (``torch.compile(model, backend=..., dynamic=False)``; the optimizer stays eager),
+in its own simpg world (torch's ranks with per-rank meshes, ``torch_meshes_per_rank``).
+
+Figures: ``compile s`` is the first step (tracing and compiling, all ranks: dynamo's lock
+makes the ranks compile one at a time); ``step ms`` is the median wall time of the later
+steps, for a world (its ranks share the machine). ``max |loss - eager|`` compares each
+compiled run's losses with its own library's eager losses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import simpg  # noqa: E402
+from simpg.testing import torch_meshes_per_rank  # noqa: E402
+
+LIBS = ("ours", "torch")
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tp", type=int, default=2, help="ranks (tensor-parallel degree)")
+    p.add_argument("--backend", default="inductor", choices=["aot_eager", "inductor"])
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=10, help="steps, the first a warm-up")
+    return p.parse_args(argv)
+
+
+def _fresh_torch_caches() -> None:
+    """torch's DTensor caches per thread and per process, keyed by meshes; simpg reuses
+    threads across worlds (as in bench_training)."""
+    from torch.distributed.tensor._redistribute import (_gen_transform_infos,
+                                                        clear_redistribute_planner_cache)
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    _gen_transform_infos.cache_clear()
+    clear_redistribute_planner_cache()
+    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
+
+
+def _parallelize(lib: str, args: argparse.Namespace) -> nn.Module:
+    torch.manual_seed(0)
+    model = MLP(args.dim, args.hidden)
+    if lib == "ours":
+        from dtensor import init_device_mesh
+        from dtensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                       parallelize_module)
+    mesh = init_device_mesh("cpu", (args.tp,))
+    return parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+
+
+def rank_body(lib: str, compiled: bool, args: argparse.Namespace) -> tuple[list, list]:
+    if lib == "torch":
+        _fresh_torch_caches()
+    model = _parallelize(lib, args)
+    run = (torch.compile(model, backend=args.backend, dynamic=False) if compiled else model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    x = torch.randn(args.batch, args.dim, generator=torch.Generator().manual_seed(1))
+    losses, times = [], []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = run(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+    if lib == "torch":
+        _fresh_torch_caches()
+    return losses, times
+
+
+def measure(lib: str, compiled: bool, args: argparse.Namespace) -> dict[str, Any]:
+    torch._dynamo.reset()  # no graph of another run: each compiles from nothing
+    with torch_meshes_per_rank():
+        ranks = simpg.run(rank_body, args.tp, lib, compiled, args, timeout=1800)
+    steps = [max(r[1][i] for r in ranks) for i in range(args.steps)]  # the slowest rank
+    return {"losses": ranks[0][0], "first_s": steps[0],
+            "step_ms": 1e3 * statistics.median(steps[1:])}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch._dynamo.config.recompile_limit = max(8, 2 * args.tp)  # one graph per rank
+    rows = {}
+    for lib in LIBS:
+        for compiled in (False, True):
+            rows[lib, compiled] = measure(lib, compiled, args)
+    print(f"MLP {args.dim}->{args.hidden}->{args.dim}, batch {args.batch}, tp={args.tp} simpg "
+          f"ranks, backend {args.backend}, {args.steps} steps (median of the last "
+          f"{args.steps - 1})")
+    print(f"{'library':8} {'mode':9} {'step ms':>9} {'first step s':>13} "
+          f"{'max |loss - eager|':>19}")
+    for (lib, compiled), r in rows.items():
+        eager = rows[lib, False]["losses"]
+        diff = max(abs(a - b) for a, b in zip(r["losses"], eager))
+        print(f"{lib:8} {'compiled' if compiled else 'eager':9} {r['step_ms']:9.2f} "
+              f"{r['first_s']:13.2f} {diff:19.2e}")
+    ours, theirs = rows["ours", True]["step_ms"], rows["torch", True]["step_ms"]
+    print(f"compiled step, ours/torch: {ours / theirs:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""torch.compile of code on our DTensors (dtensor/compile.py): compiled equals eager, forward
+and backward, on aot_eager and inductor; collectives are traced as functional collectives;
+each simulated rank runs a graph traced for its own coordinate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from dtensor import comm, comm_functional
+from dtensor.compile import DynamicShapeError
+from dtensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+# torch's own warnings while compiling, not ours: inductor calls torch.jit.script_method;
+# dynamo reads .grad of a non-leaf DTensor (a style's output) while tracing a forward hook
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated"
+                               ":DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf"
+                               ":UserWarning"),
+]
+COMPILE_S = 600  # a rank may wait this long on the others' compiles (they hold dynamo's lock)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Any:
+    torch._dynamo.reset()  # caches are process-wide: start each test from none
+    yield
+    torch._dynamo.reset()
+
+
+def _compile(fn: Any, backend: Any) -> Any:
+    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_pointwise_keeps_placements(backend: str) -> None:
+    mesh = init_device_mesh("cpu", (2,))
+    a = distribute_tensor(torch.arange(10.0).reshape(5, 2), mesh, [Shard(0)])  # rows 3, 2
+    b = distribute_tensor(torch.ones(5, 2), mesh, [Shard(0)])
+    out = _compile(lambda a, b: a * 2 + b, backend)(a, b)
+    assert type(out) is DTensor and out.placements == (Shard(0),) and out.shape == (5, 2)
+    torch.testing.assert_close(out.to_local(), (a * 2 + b).to_local())
+
+
+def _recording_backend(graphs: list[torch.fx.GraphModule]) -> Any:
+    def keep(gm: torch.fx.GraphModule, _inputs: Any) -> Any:
+        graphs.append(gm)
+        return make_boxed_func(gm)
+
+    return aot_autograd(fw_compiler=keep, bw_compiler=keep)
+
+
+def _targets(gm: torch.fx.GraphModule) -> set[str]:
+    return {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+def test_collectives_are_functional_in_the_graph() -> None:
+    mesh = init_device_mesh("cpu", (2,))
+    x = distribute_tensor(torch.randn(7, 5), mesh, [Shard(1)])  # columns 3, 2
+    w = distribute_tensor(torch.randn(5, 3), mesh, [Shard(0)]).requires_grad_()
+
+    def fn(x: DTensor, w: DTensor) -> DTensor:
+        y = x @ w  # Partial(sum)
+        return y.redistribute(mesh, [Replicate()]).redistribute(mesh, [Shard(0)]).sum()
+
+    graphs: list[torch.fx.GraphModule] = []
+    loss = _compile(fn, _recording_backend(graphs))(x, w)
+    loss.backward()
+    fw, bw = (_targets(g) for g in graphs)
+    assert "_c10d_functional.all_reduce.default" in fw
+    assert "_c10d_functional.wait_tensor.default" in fw
+    # a graph holds no in-place c10d op (they would write into fake tensors)
+    assert not any(t.startswith("c10d.") for t in fw | bw)
+    ref = fn(x, w.detach().requires_grad_())
+    torch.testing.assert_close(loss.to_local(), ref.to_local())
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_backward_matches_eager(backend: str) -> None:
+    mesh = init_device_mesh("cpu", (2,))
+    torch.manual_seed(0)
+    w_full, x_full = torch.randn(5, 3), torch.randn(7, 5)
+
+    def fn(x: DTensor, w: DTensor) -> DTensor:
+        return (x @ w).redistribute(mesh, [Replicate()]).relu().pow(2).sum()
+
+    results = []
+    for f in (fn, _compile(fn, backend)):
+        w = distribute_tensor(w_full, mesh, [Shard(0)]).requires_grad_()  # rows 3, 2
+        loss = f(distribute_tensor(x_full, mesh, [Shard(1)]), w)
+        loss.backward()
+        assert w.grad.placements == (Shard(0),)
+        results.append((loss.to_local(), w.grad.to_local()))
+    torch.testing.assert_close(results[1], results[0])
+
+
+@pytest.mark.world(3, timeout=COMPILE_S)
+def test_each_rank_runs_its_own_graph() -> None:
+    # Note [the mesh in a graph]: one code object, three ranks in one process, a mesh from a
+    # closure and no DTensor input: each rank's graph slices its own uneven piece
+    mesh = init_device_mesh("cpu", (3,))
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        dt = DTensor.from_local(x, mesh, [Replicate()])
+        return dt.redistribute(mesh, [Shard(0)]).to_local()
+
+    x = torch.arange(5.0)
+    got = _compile(fn, "aot_eager")(x)
+    torch.testing.assert_close(got, x.tensor_split([2, 4])[dist.get_rank()])
+
+
+class _MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(6, 10)  # 10 features over 2 ranks: Colwise pieces of 5
+        self.down = nn.Linear(10, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _mlp_step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss.detach()
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_tensor_parallel_mlp_step(backend: str) -> None:
+    mesh = init_device_mesh("cpu", (2,))
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = parallelize_module(_MLP(), mesh, {"up": ColwiseParallel(),
+                                                  "down": RowwiseParallel()})
+        run = torch.compile(model, backend=backend, dynamic=False) if compiled else model
+        loss = _mlp_step(run, x)
+        grads = {n: p.grad.to_local() for n, p in model.named_parameters()}
+        assert model.up.weight.grad.placements == (Shard(0),)
+        results.append((loss, grads))
+    torch.testing.assert_close(results[1], results[0])
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+def test_symbolic_sizes_are_refused() -> None:
+    mesh = init_device_mesh("cpu", (2,))
+    a = distribute_tensor(torch.ones(4, 2), mesh, [Shard(0)])
+    # dynamo re-raises it as an InternalTorchDynamoError that keeps the message
+    with pytest.raises(Exception, match=f"{DynamicShapeError.__name__}: .* static shapes only"):
+        torch.compile(lambda a: a + 1, backend="aot_eager", dynamic=True)(a)
+
+
+# -- the functional collectives themselves, run eagerly: same results as comm's ----------------
+@pytest.mark.world(3)
+def test_functional_collectives_equal_comm() -> None:
+    me, group = dist.get_rank(), dist.group.WORLD
+    shapes = [(2, 3), (2, 3), (1, 3)]  # uneven, as Shard(0) of 5 rows over 3 ranks
+    mine = torch.arange(6.0)[: 3 * shapes[me][0]].reshape(shapes[me]) + 10 * me
+    caps = comm.capabilities
+    for got, want in zip(comm_functional.all_gather(mine, shapes, group, caps=caps),
+                         comm.all_gather(mine, shapes, group)):
+        torch.testing.assert_close(got, want)
+    for op in ("sum", "avg", "max"):
+        torch.testing.assert_close(comm_functional.all_reduce(mine[:1], group, op, caps=caps),
+                                   comm.all_reduce(mine[:1], group, op))
+        pieces = [torch.full(s, float(me + 1)) for s in shapes]
+        torch.testing.assert_close(comm_functional.reduce_scatter(pieces, group, op, caps=caps),
+                                   comm.reduce_scatter(pieces, group, op))
+    sends = [torch.full((j + 1,), float(me)) for j in range(3)]
+    outs = [(me + 1,)] * 3
+    for got, want in zip(comm_functional.all_to_all(sends, outs, group, caps=caps),
+                         comm.all_to_all(sends, outs, group)):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.world(2)
+def test_partial_tangent_is_coerced_to_replicate() -> None:
+    mesh = init_device_mesh("cpu", (2,))
+    p = DTensor.from_local(torch.ones(2), mesh, [Partial()])
+    coerced = p.__coerce_tangent_metadata__()
+    assert coerced.placements == (Replicate(),)
+    torch.testing.assert_close(coerced.to_local(), torch.full((2,), 2.0))
+    r = distribute_tensor(torch.ones(4), mesh, [Replicate()])
+    assert r.__coerce_tangent_metadata__() is r
+    ctx = p.__tensor_flatten__()[1]
+    moved = r.__coerce_same_metadata_as_tangent__(ctx)
+    assert moved.placements == (Partial(),) and moved.full_tensor().tolist() == [1.0] * 4
+    assert r.__coerce_same_metadata_as_tangent__(ctx, expected_type=torch.Tensor) is None
