@@ -76,6 +76,9 @@ CASES = [
     (aten.cholesky_solve.default, (_r(0, 3, 2), _tri(0)), {}),
     (aten.cholesky_solve.default, (_r(5, 3, 2), _tri(5)), {}),
     (aten.vdot.default, (_r(5), _r(5)), {}),
+    (aten.linalg_cross.default, (_r(5, 3), _r(5, 3)), {}),
+    (aten.linalg_cross.default, (_r(3, 4, 2), _r(3, 1, 2)), {"dim": 0}),
+    (aten.linalg_cross.default, (_r(5, 1, 3), _r(1, 2, 3)), {}),
     (aten.vdot.default, (_r(6, dtype=torch.complex128), _r(6, dtype=torch.complex128)), {}),
 ]
 

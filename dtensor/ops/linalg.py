@@ -1,5 +1,5 @@
 """Linear algebra over batch dims: factorizations, inverses, solves, decompositions,
-determinants, matrix exponential, pseudo-inverse; and ``vdot``.
+determinants, matrix exponential, pseudo-inverse; and ``vdot``, ``linalg_cross``.
 
 Note [batched matrices]
 These ops treat the last one or two dims of each argument as one matrix (or a vector of
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from dtensor.ops._common import LINEAR, R, partials_of
+from dtensor.ops._common import LINEAR, R, broadcast_shards, dim_of, partials_of
 from dtensor.ops.matmul import einsum_strategies
 from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
 from dtensor.placements import Partial, Placement, Shard
@@ -163,3 +163,20 @@ def check_errors(op: OpSpec) -> list[Strategy]:
     is no info."""
     info = op.tensors()[0]
     return [Strategy((R,), ())] + [Strategy((Shard(d),), ()) for d in range(info.ndim)]
+
+
+@sharding_rule(aten.linalg_cross.default)
+def cross(op: OpSpec) -> list[Strategy]:
+    """``linalg_cross(a, b, dim)``: the 3-vectors along ``dim`` (broadcast shapes) cross one
+    another, each on its own: every other dim shards like an elementwise op; ``dim`` is
+    whole. Bilinear: one operand P(sum)/P(avg), the other Replicate -> that Partial,
+    (a1 + a2) x b = a1 x b + a2 x b."""
+    a, b = op.tensors()
+    ndim = max(a.ndim, b.ndim)
+    d = dim_of(op.arg(2, "dim", -1), ndim)
+    found = [s for s in broadcast_shards(op) if s.outputs[0] != Shard(d)]
+    for i, t in enumerate((a, b)):
+        if t.shape == tuple(torch.broadcast_shapes(a.shape, b.shape)):
+            for p in partials_of(t, LINEAR):
+                found.append(Strategy((p, R) if i == 0 else (R, p), (p,)))
+    return found
