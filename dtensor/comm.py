@@ -231,11 +231,160 @@ def reduce_scatter(inputs, group, op="sum", *, async_op=False):  # noqa: E302
 
 
 # ---------------------------------------------------------------------------------------------
+# One buffer each way (Note [one buffer per collective]): what redistribute issues.
+#
+# Note [one buffer per collective]
+# The list forms above move one tensor per peer: at n ranks a rank allocates, fills and
+# concatenates n tensors per collective, n^2 over the group. Where the pieces allow, these
+# forms move one buffer each way (all_gather_single, reduce_scatter_single,
+# all_to_all_single with split sizes) laid out so that the result is a view of the received
+# buffer, or one copy away from it (a movedim when the pieces join along a dim other than 0).
+# Bytes decide between forms, so the planner's counts stay exact: padding uneven pieces to
+# the largest moves n * largest where the list form moves their sum, never fewer; so uneven
+# pieces take the list form where the backend has it, and the padded buffer only where it
+# does not (gloo's uneven all_gather; the planner then undercounts by the padding).
+
+
+@overload
+def all_gather_cat(tensor: torch.Tensor, shapes: Sequence[Sequence[int]], dim: int,
+                   group: dist.ProcessGroup, *,
+                   async_op: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def all_gather_cat(tensor: torch.Tensor, shapes: Sequence[Sequence[int]], dim: int,
+                   group: dist.ProcessGroup, *, async_op: Literal[True]) -> Handle[torch.Tensor]:
+    ...
+def all_gather_cat(tensor, shapes, dim, group, *, async_op=False):  # noqa: E302
+    """Every group rank's tensor joined along ``dim`` in group-rank order; ``shapes[i]`` is
+    rank i's shape (the shapes may differ along ``dim`` only).
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     mine = torch.full((1, 2), float(dist.get_rank()))
+    ...     return all_gather_cat(mine, [(1, 2)] * 2, 1, dist.group.WORLD).tolist()
+    >>> simpg.run(body, 2)[0]
+    [[0.0, 0.0, 1.0, 1.0]]
+    """
+    shapes = _check_shapes("all_gather", tensor, shapes, group)
+    first = shapes[0]
+    even = all(s == first for s in shapes)
+    if not even and any(s[:dim] + s[dim + 1:] != first[:dim] + first[dim + 1:] for s in shapes):
+        raise ValueError(f"all_gather_cat along dim {dim}: shapes {shapes} differ in another dim")
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("all_gather", group, (tensor,), shapes)
+    x = tensor.contiguous()
+    if not even and capabilities(group).uneven_all_gather:
+        outs = [x.new_empty(s) for s in shapes]
+        work = dist.all_gather(outs, x, group=group, async_op=True)
+        return _result(Handle([work], lambda: torch.cat(outs, dim)), async_op)
+    n, width = len(shapes), max(s[dim] for s in shapes)
+    if not even:  # pad along dim: chunk-like pieces then lie where they belong, at i * width
+        padded = x.new_zeros(first[:dim] + (width,) + first[dim + 1:])
+        padded.narrow(dim, 0, x.shape[dim]).copy_(x)
+        x = padded
+    buf = x.new_empty((n, *x.shape))
+    work = dist.all_gather_single(buf, x, group=group, async_op=True)
+    joined = first[:dim] + (n * width,) + first[dim + 1:]
+
+    def finish() -> torch.Tensor:
+        if even:  # a view for dim 0, one copy otherwise
+            return buf.movedim(0, dim).reshape(joined)
+        sizes = [s[dim] for s in shapes]
+        total = sum(sizes)
+        if dim == 0 and sizes == _chunk_sizes(total, width, n):
+            return buf.view(joined)[:total]  # torch.chunk pieces: a prefix of the rows
+        return torch.cat([buf[i].narrow(dim, 0, k) for i, k in enumerate(sizes)], dim)
+
+    return _result(Handle([work], finish), async_op)
+
+
+@overload
+def reduce_scatter_cat(tensor: torch.Tensor, sizes: Sequence[int], dim: int,
+                       group: dist.ProcessGroup, op: ReduceOpName = ..., *,
+                       async_op: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def reduce_scatter_cat(tensor: torch.Tensor, sizes: Sequence[int], dim: int,
+                       group: dist.ProcessGroup, op: ReduceOpName = ..., *,
+                       async_op: Literal[True]) -> Handle[torch.Tensor]: ...
+def reduce_scatter_cat(tensor, sizes, dim, group, op="sum", *,  # noqa: E302
+                       async_op=False):
+    """``reduce_scatter`` of ``tensor`` cut along ``dim`` into consecutive pieces of
+    ``sizes``: group rank i gets the reduction over ranks of piece i.
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     return reduce_scatter_cat(torch.arange(4.0), [2, 2], 0, dist.group.WORLD).tolist()
+    >>> simpg.run(body, 2)
+    [[0.0, 2.0], [4.0, 6.0]]
+    """
+    n, me = dist.get_world_size(group), dist.get_rank(group)
+    sizes = [int(k) for k in sizes]
+    if len(sizes) != n or sum(sizes) != tensor.shape[dim]:
+        raise ValueError(f"reduce_scatter_cat: sizes {sizes} must be {n} (one per rank of the "
+                         f"group) summing to dim {dim} of shape {tuple(tensor.shape)}")
+    if any(k != sizes[0] for k in sizes) or not capabilities(group).reduce_scatter:
+        # uneven: padding would move more bytes than the list form (Note [one buffer ...])
+        return reduce_scatter(list(tensor.split(sizes, dim)), group, op, async_op=async_op)
+    c10d_op, divide = _reduce_op(op, tensor, group)
+    mine = tensor.shape[:dim] + (sizes[me],) + tensor.shape[dim + 1:]
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("reduce_scatter", group, list(tensor.split(sizes, dim)), (mine,))
+    # piece i becomes block i of one buffer: a view for dim 0, one copy otherwise
+    inp = tensor.unflatten(dim, (n, sizes[0])).movedim(dim, 0).contiguous()
+    out = tensor.new_empty(mine)
+    work = dist.reduce_scatter_single(out, inp, op=c10d_op, group=group, async_op=True)
+    return _result(Handle([work], lambda: out.div_(divide) if divide else out), async_op)
+
+
+@overload
+def all_to_all_single(send: torch.Tensor, send_sizes: Sequence[int], recv_sizes: Sequence[int],
+                      group: dist.ProcessGroup, *,
+                      async_op: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def all_to_all_single(send: torch.Tensor, send_sizes: Sequence[int], recv_sizes: Sequence[int],
+                      group: dist.ProcessGroup, *,
+                      async_op: Literal[True]) -> Handle[torch.Tensor]: ...
+def all_to_all_single(send, send_sizes, recv_sizes, group, *, async_op=False):  # noqa: E302
+    """``all_to_all`` of flat buffers: the first ``send_sizes[0]`` elements of 1-d ``send`` go
+    to group rank 0, the next ``send_sizes[1]`` to rank 1, ...; returns, flat and in
+    group-rank order, the ``recv_sizes[j]`` elements each rank j sent here. Every backend
+    has it (uneven sizes included).
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     sizes = [1, 2] if dist.get_rank() == 0 else [2, 1]
+    ...     send = torch.arange(3.0) + 10 * dist.get_rank()
+    ...     return all_to_all_single(send, sizes, sizes, dist.group.WORLD).tolist()
+    >>> simpg.run(body, 2)
+    [[0.0, 10.0, 11.0], [1.0, 2.0, 12.0]]
+    """
+    n = dist.get_world_size(group)
+    send_sizes, recv_sizes = list(send_sizes), list(recv_sizes)
+    if send.dim() != 1 or len(send_sizes) != n or len(recv_sizes) != n \
+            or sum(send_sizes) != send.numel():
+        raise ValueError(f"all_to_all_single: expected a 1-d buffer and {n} sizes each way "
+                         f"(one per rank of the group), the send sizes summing to its length; "
+                         f"got shape {tuple(send.shape)}, send sizes {send_sizes}, receive "
+                         f"sizes {recv_sizes}")
+    if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
+        _note("all_to_all", group, send.split(send_sizes), [(k,) for k in recv_sizes])
+    recv = send.new_empty(sum(recv_sizes))
+    work = dist.all_to_all_single(recv, send.contiguous(), recv_sizes, send_sizes, group=group,
+                                  async_op=True)
+    return _result(Handle([work], lambda: recv), async_op)
+
+
+# ---------------------------------------------------------------------------------------------
 # Helpers
 
 
 def _result(handle: Handle[T], async_op: bool) -> T | Handle[T]:
     return handle if async_op else handle.wait()
+
+
+def _chunk_sizes(total: int, width: int, n: int) -> list[int]:
+    """Sizes of ``n`` pieces of ``total`` cut ``width`` at a time (torch.chunk's, empty
+    ones last)."""
+    return [max(0, min(width, total - i * width)) for i in range(n)]
 
 
 def _reduce_op(op: str, tensor: torch.Tensor, group: dist.ProcessGroup) -> tuple[Any, int]:
@@ -286,3 +435,27 @@ all_gather = _traceable(all_gather, _functional.all_gather)
 all_to_all = _traceable(all_to_all, _functional.all_to_all)
 all_reduce = _traceable(all_reduce, _functional.all_reduce)
 reduce_scatter = _traceable(reduce_scatter, _functional.reduce_scatter)
+
+
+def _traced_all_gather_cat(t: torch.Tensor, shapes: Sequence[Sequence[int]], dim: int,
+                           group: dist.ProcessGroup, *, caps: Any) -> torch.Tensor:
+    return torch.cat(_functional.all_gather(t, shapes, group, caps=caps), dim)
+
+
+def _traced_reduce_scatter_cat(t: torch.Tensor, sizes: Sequence[int], dim: int,
+                               group: dist.ProcessGroup, op: str = "sum", *,
+                               caps: Any) -> torch.Tensor:
+    return _functional.reduce_scatter(list(t.split(list(sizes), dim)), group, op, caps=caps)
+
+
+def _traced_all_to_all_single(send: torch.Tensor, send_sizes: Sequence[int],
+                              recv_sizes: Sequence[int], group: dist.ProcessGroup, *,
+                              caps: Any) -> torch.Tensor:
+    pieces = _functional.all_to_all(list(send.split(list(send_sizes))),
+                                    [(k,) for k in recv_sizes], group, caps=caps)
+    return torch.cat(pieces)
+
+
+all_gather_cat = _traceable(all_gather_cat, _traced_all_gather_cat)
+reduce_scatter_cat = _traceable(reduce_scatter_cat, _traced_reduce_scatter_cat)
+all_to_all_single = _traceable(all_to_all_single, _traced_all_to_all_single)

@@ -25,20 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal, overload
 
 import torch
 import torch.distributed as dist
 
+from dtensor import collective_layout as cl
 from dtensor import comm
 from dtensor.comm import Handle
-from dtensor.layout import (Box, box_contains, box_intersect, box_numel, box_shape, local_box,
-                            local_shape, mesh_groups)
+from dtensor.layout import Box, box_numel, box_shape, local_box, local_shape
 from dtensor.local_redistribute import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.local_redistribute import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
-from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
+from dtensor.placements import Placement, Replicate, fmt_placements
 from dtensor.planner import Step, plan
 
 Coord = tuple[int, ...]
@@ -53,9 +52,10 @@ class _Where:
     global_shape: tuple[int, ...]
     coord: Coord
 
-    def members(self, step: Step) -> tuple[Coord, ...]:
-        """This rank's group for ``step``, in group-rank order."""
-        return _members(self.mesh_shape, step.mesh_dims, self.coord)
+    def group(self, step: Step) -> tuple[int, int]:
+        """(index of this rank's group for ``step``, this rank's group rank):
+        ``collective_layout`` keys what a group moves by the index."""
+        return cl.position(self.mesh_shape, step.mesh_dims, self.coord)
 
     def box(self, placements: tuple[Placement, ...], c: Coord | None = None) -> Box:
         return local_box(self.global_shape, self.mesh_shape, placements,
@@ -120,41 +120,52 @@ Executor = Callable[[torch.Tensor, Step, _Where], Handle[torch.Tensor]]
 
 
 def _all_gather(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
-    kinds = {step.src[m] for m in step.mesh_dims}
-    (p,) = kinds if len(kinds) == 1 else (None,)
-    if not isinstance(p, Shard) or any(not isinstance(step.dst[m], Replicate)
-                                       for m in step.mesh_dims):
-        raise StepError(f"{step}: all_gather needs one S(d) -> R on every mesh dim of the group")
-    members = where.members(step)
-    shapes = [box_shape(where.box(step.src, c)) for c in members]
-    group = where.mesh.group_for(step.mesh_dims)
-    pieces = comm.all_gather(t, shapes, group, async_op=True)
-    return pieces.then(lambda ps: torch.cat(ps, dim=p.dim))  # group-rank order is chunk order
+    dim, shapes = cl.gather_layout(step, where.mesh_shape, where.global_shape,
+                                   where.group(step)[0])
+    # group-rank order is chunk order
+    return comm.all_gather_cat(t, shapes, dim, where.mesh.group_for(step.mesh_dims),
+                               async_op=True)
 
 
 def _all_to_all(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
-    members = where.members(step)
-    table = _a2a_table(step, where.mesh_shape, where.global_shape, members)
-    me = members.index(where.coord)
-    have, target = where.box(step.src), where.box(step.dst)
-    # To each peer j: the sub-blocks of j's new piece that this rank provides, packed flat.
-    sends = [_pack(t, have, table[j][me]) if j != me else t.new_empty(0)
-             for j in range(len(members))]
-    sizes = [(sum(box_numel(b) for b in table[me][j]) if j != me else 0,)
-             for j in range(len(members))]
+    g, me = where.group(step)
+    ex = cl.exchange(step, where.mesh_shape, where.global_shape, g)[me]
     group = where.mesh.group_for(step.mesh_dims)
-    received = comm.all_to_all(sends, sizes, group, async_op=True)
+    if ex.src_dim is not None and ex.dst_dim is not None:
+        return _regular_all_to_all(t, ex, ex.src_dim, ex.dst_dim, group)
+    # To each peer j: the sub-blocks of j's new piece that this rank provides, packed flat.
+    send = torch.cat([_pack(t, ex.have, boxes) for j, boxes in enumerate(ex.sends) if j != me]
+                     or [t.new_empty(0)])
+    received = comm.all_to_all_single(send, ex.send_sizes, ex.recv_sizes, group, async_op=True)
 
-    def unpack(bufs: list[torch.Tensor]) -> torch.Tensor:
-        new = t.new_empty(box_shape(target))
-        for b in table[me][me]:  # own data first, as the reference takes it
-            new[_rel(b, target)] = t[_rel(b, have)]
-        for j, buf in enumerate(bufs):
+    def unpack(buf: torch.Tensor) -> torch.Tensor:
+        new = t.new_empty(box_shape(ex.target))
+        for b in ex.own:  # own data first, as the reference takes it
+            new[cl.rel(b, ex.target)] = t[cl.rel(b, ex.have)]
+        for j, (boxes, part) in enumerate(zip(ex.receives, buf.split(ex.recv_sizes))):
             if j != me:
-                _unpack(new, target, table[me][j], buf)
+                _unpack(new, ex.target, boxes, part)
         return new
 
     return received.then(unpack)
+
+
+def _regular_all_to_all(t: torch.Tensor, ex: cl.Exchange, a: int, b: int,
+                        group: dist.ProcessGroup) -> Handle[torch.Tensor]:
+    """S(a) -> S(b) in one copy each way (Note [one buffer per collective] in comm.py): the
+    block for each member travels with dim a first."""
+    n = len(ex.cut)
+    if all(k == ex.cut[0] for k in ex.cut):
+        blocks = t.unflatten(b, (n, ex.cut[0]))  # member axis at b; a moves one on if after
+        a_at = a if a < b else a + 1
+        order = [b, a_at] + [d for d in range(t.dim() + 1) if d not in (b, a_at)]
+        send = blocks.permute(order).reshape(-1)
+    else:  # uneven cut: one view per member
+        send = torch.cat([blk.movedim(a, 0).reshape(-1) for blk in t.split(ex.cut, b)])
+    received = comm.all_to_all_single(send, ex.send_sizes, ex.recv_sizes, group, async_op=True)
+    shape = box_shape(ex.target)
+    moved = (shape[a],) + shape[:a] + shape[a + 1:]
+    return received.then(lambda buf: buf.view(moved).movedim(0, a).contiguous())
 
 
 def _all_reduce(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
@@ -168,18 +179,14 @@ def _all_reduce(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tens
 
 def _reduce_scatter(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
     op = one_partial_op(step)
-    if any(not isinstance(step.dst[m], Shard) for m in step.mesh_dims):
-        raise StepError(f"{step}: reduce_scatter turns P(op) into S(d) on every mesh dim")
+    layout = cl.scatter_layout(step, where.mesh_shape, where.global_shape, where.group(step)[0])
     _check_avg(op, t, step)
-    have = where.box(step.src)  # the same box on every member: the group dims are Partial
-    pieces = []
-    for c in where.members(step):
-        target = where.box(step.dst, c)
-        if not box_contains(have, target):
-            raise StepError(f"{step}: rank {c} needs {target} but the group holds only {have}")
-        pieces.append(t[_rel(target, have)])
-    return comm.reduce_scatter(pieces, where.mesh.group_for(step.mesh_dims),
-                               op, async_op=True)  # type: ignore[arg-type]
+    group = where.mesh.group_for(step.mesh_dims)
+    if layout.dim is not None:  # the new pieces are consecutive slabs of the old one
+        return comm.reduce_scatter_cat(t, layout.sizes, layout.dim, group, op,  # type: ignore
+                                       async_op=True)
+    return comm.reduce_scatter([t[i] for i in layout.index], group, op,  # type: ignore
+                               async_op=True)
 
 
 def _local(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
@@ -201,73 +208,20 @@ EXECUTORS: dict[str, Executor] = {
 
 
 # ---------------------------------------------------------------------------------------------
-# all_to_all bookkeeping: who sends which sub-blocks to whom
-
-
-@lru_cache(maxsize=4096)
-def _members(mesh_shape: tuple[int, ...], mesh_dims: tuple[int, ...],
-             coord: Coord) -> tuple[Coord, ...]:
-    return tuple(next(g for g in mesh_groups(mesh_shape, mesh_dims) if coord in g))
-
-
-@lru_cache(maxsize=4096)
-def _a2a_table(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
-               members: tuple[Coord, ...]) -> tuple[tuple[tuple[Box, ...], ...], ...]:
-    """``table[i][j]``: the disjoint boxes of member i's new piece that member j provides.
-
-    As in the reference, each element comes from the first holder in the order
-    [i itself] + the others in group-rank order, so it crosses the wire at most once.
-    """
-    if any(isinstance(step.src[m], Partial) or isinstance(step.dst[m], Partial)
-           for m in step.mesh_dims):
-        raise StepError(f"{step}: all_to_all moves S/R pieces; the group has Partial mesh dims")
-    table = []
-    for i, c in enumerate(members):
-        missing = [local_box(global_shape, mesh_shape, step.dst, c)]
-        row: list[tuple[Box, ...]] = [()] * len(members)
-        for j in [i] + [k for k in range(len(members)) if k != i]:
-            have = local_box(global_shape, mesh_shape, step.src, members[j])
-            row[j] = tuple(x for b in missing if box_numel(x := box_intersect(b, have)))
-            missing = [rest for b in missing for rest in _subtract(b, have)]
-        if missing:
-            raise StepError(f"{step}: rank {c} needs {missing} but its group {list(members)} "
-                            f"does not hold it: expected a group spanning every mesh dim that "
-                            f"splits those elements")
-        table.append(tuple(row))
-    return tuple(table)
-
-
-def _subtract(a: Box, b: Box) -> list[Box]:
-    """``a`` minus ``b`` as disjoint non-empty boxes (slab by slab, one tensor dim at a time)."""
-    cut = box_intersect(a, b)
-    if box_numel(cut) == 0:
-        return [a] if box_numel(a) else []
-    out = []
-    lead = list(a)
-    for d, ((a0, a1), (c0, c1)) in enumerate(zip(a, cut)):
-        for lo, hi in ((a0, c0), (c1, a1)):
-            if hi > lo:
-                out.append(tuple(lead[:d] + [(lo, hi)] + list(a[d + 1:])))
-        lead[d] = (c0, c1)
-    return out
-
-
-def _rel(box: Box, within: Box) -> tuple[slice, ...]:
-    """Index of ``box`` inside a tensor that holds ``within``."""
-    return tuple(slice(a - w0, b - w0) for (a, b), (w0, _) in zip(box, within))
+# Packing an irregular all_to_all's boxes (collective_layout.Exchange says which)
 
 
 def _pack(t: torch.Tensor, have: Box, boxes: tuple[Box, ...]) -> torch.Tensor:
     if not boxes:
         return t.new_empty(0)
-    return torch.cat([t[_rel(b, have)].reshape(-1) for b in boxes])
+    return torch.cat([t[cl.rel(b, have)].reshape(-1) for b in boxes])
 
 
 def _unpack(new: torch.Tensor, target: Box, boxes: tuple[Box, ...], buf: torch.Tensor) -> None:
     at = 0
     for b in boxes:
         n = box_numel(b)
-        new[_rel(b, target)] = buf[at:at + n].view(box_shape(b))
+        new[cl.rel(b, target)] = buf[at:at + n].view(box_shape(b))
         at += n
 
 
