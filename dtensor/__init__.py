@@ -12,7 +12,7 @@ from dtensor.tensor import DTensor
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
 from dtensor.dispatch import NoShardingRuleError, fallback_policy
 from dtensor.foreign import MixedDTensorError
-from dtensor import decompositions, foreach_norm  # noqa: F401,E402  (Note [decompositions])
+from dtensor import decompositions, foreach_norm, random_ops  # noqa: F401,E402  (Note [decompositions])
 
 __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",

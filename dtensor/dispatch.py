@@ -118,7 +118,7 @@ def check_replicated() -> Iterator[None]:
 class _Plan:
     """Everything a steady-state call needs, computed once per call signature."""
 
-    decision: Decision
+    decision: Decision  # None: the decomposition runs every such call (it had no strategy)
     out_specs: tuple[tuple[DTensorSpec, TensorSpec], ...]
     in_place: bool
     local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
@@ -247,6 +247,13 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
             try:
                 plan = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
             except ShardingError as e:
+                decompose = DECOMPOSITIONS.get(func)
+                if decompose is not None:  # it may handle what no strategy keeps in place
+                    out = decompose(func, args, kwargs)
+                    if out is not NotImplemented:
+                        plans[key] = _Plan(None, (), False, None, False, None,  # type: ignore
+                                           decompose)
+                        return out
                 if not _relocate_written(func, dargs, dkwargs, tensors, mesh, pinned, DTensor):
                     raise ShardingError(f"{e}\n(an in-place target moves only when it is not "
                                         "pinned and no view shares its piece: Note "
@@ -260,6 +267,11 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
         out = plan.decompose(func, args, kwargs)
         if out is not NotImplemented:
             return out
+        if plan.decision is None:  # only the decomposition could run it: plan afresh
+            del plans[key]
+            if _relocate_written(func, dargs, dkwargs, tensors, mesh, pinned, DTensor):
+                return _dispatch(DTensor, func, args, kwargs)
+            _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())  # raises
     if _check_plain.get():
         _verify_plain(func, tensors, mesh)
     debug.record(plan.decision, tensors)

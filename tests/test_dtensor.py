@@ -227,3 +227,27 @@ def test_item_reads_the_whole_value_without_the_fallback():
                     DTensor.from_local(torch.tensor(1.5), mesh, [Partial()]).item())
 
     assert _in_world((2,), body) == [(6.0, 3.0, True, 3.0)] * 2
+
+
+@pytest.mark.parametrize("placements", [[Shard(0)], [Replicate()], [Partial("max")],
+                                        [Partial()]], ids=str)
+def test_fill_and_zero_keep_placements_where_the_value_allows(placements):
+    from dtensor.ops.soundness import check_op
+
+    aten = torch.ops.aten
+    for mesh_shape in ((2,), (3,), (2, 2)):
+        assert check_op(aten.fill_.Scalar, (torch.ones(5, 3), 2.5), {}, mesh_shape) == []
+        assert check_op(aten.zero_.default, (torch.ones(5, 3),), {}, mesh_shape) == []
+
+    def body(mesh):
+        x = DTensor.from_local(torch.ones(3, 2), mesh, placements).clone()
+        with fallback_policy("error"):
+            x.fill_(2.5)
+            filled = (x.placements, x.full_tensor().clone())
+            x.zero_()
+        return filled, x.placements, x.full_tensor()
+
+    for (fp, fv), zp, zv in _in_world((2,), body):
+        assert torch.equal(fv, torch.full(tuple(fv.shape), 2.5)) and not zv.any()
+        assert zp == fp  # zero_ keeps every placement
+        assert (fp == tuple(placements)) == (placements != [Partial()])  # fill_ of P(sum) moves

@@ -57,3 +57,17 @@ def local_scalar(op: OpSpec) -> list[Strategy]:
     """``item()``: a Python number, so every rank needs the one element whole (a Shard is
     gathered, a Partial reduced); the output is no tensor, so it has no placement."""
     return [Strategy((Replicate(),), ())]
+
+
+@sharding_rule(aten.fill_.Scalar, aten.fill.Scalar, aten.zero_.default)
+def fill(op: OpSpec) -> list[Strategy]:
+    """Every element becomes ``v``: each piece is filled where it is. Of a Partial, n copies
+    of ``v`` reduce to ``v`` under avg/max/min, and n zeros to 0 under every op (``zero_``
+    keeps sum and product too); sum and product of n copies of another ``v`` are not ``v``."""
+    t = op.tensors()[0]
+    value = 0 if op.op is aten.zero_.default else op.arg(1, "value")
+    out = [Strategy((Replicate(),), (Replicate(),))]
+    out += [Strategy((Shard(d),), (Shard(d),)) for d in range(t.ndim)]
+    kinds = [k for k in REDUCE_OPS if value == 0 or k in ("avg", "max", "min")]
+    exact = t.dtype.is_floating_point or t.dtype.is_complex
+    return out + [Strategy((Partial(k),), (Partial(k),)) for k in kinds if k != "avg" or exact]

@@ -1,0 +1,149 @@
+"""Random ops on DTensors: each sharded draw equals one device's draw for the same seed.
+
+Note [sharded random ops]
+Note [sharded RNG] in dtensor/api.py keeps every rank's generator equal to the one a single
+device would have: every draw is a whole-tensor draw. The random aten ops follow it here.
+Each has a rule that offers only Replicate (each rank draws the whole tensor from the same
+generator state, so replicas agree and the stream is one device's), and a decomposition for
+sharded tensors that does the same without gathering anything the draw does not read: the
+whole output is drawn into a fresh tensor of the global shape and each rank keeps its piece.
+
+- fills (``uniform_``, ``normal_``, ``bernoulli_(p)``, ``random_``, ...) read only the
+  target's shape: its pieces are overwritten in place, no collective, the placements kept (a
+  Partial target holds the draw as one rank's addend, the reduction's identity elsewhere);
+- ops that read tensors (``bernoulli_(p_tensor)``, ``bernoulli(probs)``, ``normal(mean,
+  std)``, ``native_dropout(x)``) gather those inputs whole first (one device reads them all);
+- ``rand_like``/``randn_like``/``randint_like`` lay their output out like their input (a
+  Partial input's value is not read: the output is Replicate there).
+
+The draw costs the global numel on every rank: the CPU generator (mt19937) cannot skip ahead.
+A counter-based generator (CUDA's Philox, by offset) could draw only the piece; that is where
+to optimise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dtensor.dispatch import register_decomposition
+from dtensor.layout import local_slices
+from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
+from dtensor.placements import Partial, Placement, Replicate
+from dtensor.redistribute import redistribute_local_tensor
+from dtensor.spec import DTensorSpec
+from dtensor.tensor import DTensor
+
+aten = torch.ops.aten
+
+FILLS = (aten.uniform_.default, aten.normal_.default, aten.exponential_.default,
+         aten.geometric_.default, aten.log_normal_.default, aten.cauchy_.default,
+         aten.random_.default, aten.random_.to, getattr(aten.random_, "from"), aten.bernoulli_.float,
+         aten.bernoulli_.Tensor)
+DRAWS = (aten.bernoulli.default, aten.bernoulli.p, aten.normal.Tensor_float,
+         aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.native_dropout.default)
+LIKES = (aten.rand_like.default, aten.randn_like.default, aten.randint_like.default,
+         aten.randint_like.low_dtype, aten.randint_like.Tensor)
+
+
+@sharding_rule(*FILLS, *DRAWS[:-1], *LIKES)
+def replicated_draw(op: OpSpec) -> list[Strategy]:
+    """Every tensor whole, so every rank draws one device's tensor (Note [sharded random
+    ops]); sharded layouts are the decomposition's."""
+    n_in, n_out = len(op.tensors()), 1
+    return [Strategy((Replicate(),) * n_in, (Replicate(),) * n_out)]
+
+
+def _whole(t: Any) -> Any:
+    """A DTensor argument as this rank's copy of the whole tensor (collective if sharded)."""
+    if not isinstance(t, DTensor):
+        return t
+    s = t._spec
+    replicated = (Replicate(),) * len(s.placements)
+    if s.placements == replicated:
+        return t._local_tensor
+    return redistribute_local_tensor(t._local_tensor, s.mesh, s.placements, replicated, s.shape)
+
+
+def _piece(full: torch.Tensor, spec: DTensorSpec) -> torch.Tensor:
+    coord = tuple(spec.mesh.get_coordinate())
+    return full[local_slices(tuple(full.shape), spec.mesh.shape, spec.placements, coord)]
+
+
+def _sharded(spec: DTensorSpec) -> bool:
+    return any(not isinstance(p, Replicate) for p in spec.placements)
+
+
+def _fill(func: Any, args: tuple, kwargs: dict) -> Any:
+    x = args[0]
+    s = x._spec
+    if not _sharded(s) or s.mesh.get_coordinate() is None:
+        return NotImplemented  # the rule: Replicate
+    rest = [_whole(a) for a in args[1:]]
+    full = torch.empty(s.shape, dtype=s.dtype, device=x._local_tensor.device)
+    func(full, *rest, **{k: _whole(v) for k, v in kwargs.items()})
+    replicated = (Replicate(),) * len(s.placements)
+    # local steps only: a Shard keeps its slice, a Partial holds the draw as one addend
+    x._local_tensor.copy_(redistribute_local_tensor(full, s.mesh, replicated, s.placements,
+                                                    s.shape))
+    return x
+
+
+def _layout_of(args: tuple, shape: torch.Size) -> DTensorSpec | None:
+    """The spec of the first DTensor argument shaped like the output, Partials made
+    Replicate (its values are read whole; the output's are drawn, not reduced)."""
+    for a in args:
+        if isinstance(a, DTensor) and tuple(a.shape) == tuple(shape):
+            s = a._spec
+            placements: tuple[Placement, ...] = tuple(
+                Replicate() if isinstance(p, Partial) else p for p in s.placements)
+            return DTensorSpec(s.mesh, placements, s.shape, s.stride, s.dtype)
+    return None
+
+
+def _draw(func: Any, args: tuple, kwargs: dict) -> Any:
+    first = next(a for a in args if isinstance(a, DTensor))
+    if first._spec.mesh.get_coordinate() is None:
+        return NotImplemented
+    if func is aten.native_dropout.default and not (args[2] if len(args) > 2
+                                                   else kwargs.get("train", True)):
+        return NotImplemented  # no draw: the rule keeps the pieces
+    whole_args = [_whole(a) for a in args]
+    out = func(*whole_args, **{k: _whole(v) for k, v in kwargs.items()})
+    outs = out if isinstance(out, tuple) else (out,)
+    layout = _layout_of(args, outs[0].shape)
+    if layout is None:  # a broadcast output: laid out whole
+        s = first._spec
+        layout = DTensorSpec(s.mesh, (Replicate(),) * len(s.placements), tuple(outs[0].shape),
+                             tuple(outs[0].stride()), outs[0].dtype)
+    return _wrap_all(outs, layout, out)
+
+
+def _wrap_all(outs: tuple, layout: DTensorSpec, out: Any) -> Any:
+    wrapped = []
+    for o in outs:
+        spec = DTensorSpec(layout.mesh, layout.placements, tuple(o.shape),
+                           tuple(o.stride()), o.dtype)
+        wrapped.append(DTensor(_piece(o, spec).contiguous(), spec, requires_grad=False))
+    return tuple(wrapped) if isinstance(out, tuple) else wrapped[0]
+
+
+def _like(func: Any, args: tuple, kwargs: dict) -> Any:
+    x = args[0]
+    s = x._spec
+    if s.mesh.get_coordinate() is None:
+        return NotImplemented
+    full = func(torch.empty(s.shape, dtype=s.dtype, device=x._local_tensor.device),
+                *args[1:], **kwargs)
+    layout = _layout_of((x,), full.shape)
+    assert layout is not None  # x is shaped like its own *_like output
+    return _wrap_all((full,), layout, full)
+
+
+for _op in FILLS:
+    register_decomposition(_op, _fill)
+for _op in DRAWS:
+    register_decomposition(_op, _draw)
+for _op in LIKES:
+    register_decomposition(_op, _like)
