@@ -22,13 +22,13 @@ those the dtype can hold).
 
 from __future__ import annotations
 
-from typing import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import torch
 
 from dtensor.ops.reductions import no_empty_piece
 from dtensor.ops.registry import OpSpec, Strategy, TensorSpec
-from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.placements import Partial, Replicate, Shard
 
 R = Replicate()
 LINEAR = (Partial("sum"), Partial("avg"))
@@ -55,12 +55,9 @@ def dim_of(d: int, ndim: int) -> int:
 def independent_dims(op: OpSpec, dims: Iterable[int], n_out: int, *,
                      sharded: Sequence[bool] | None = None,
                      nonempty: bool | Collection[int] = False,
-                     out_dims: Sequence[int | None] | None = None,
                      local: str | None = None) -> list[Strategy]:
     """Note [independent dims]: Replicate, or for each ``d`` in ``dims`` every tensor input
-    Shard(d) (those with ``sharded[i]`` False stay Replicate) and every output Shard(d) (or
-    Shard(out_dims[j] - ...) when an output numbers it differently: ``out_dims`` maps the
-    output index to an offset subtracted from d, None for an output that stays Replicate).
+    Shard(d) (those with ``sharded[i]`` False stay Replicate) and every output Shard(d).
     ``nonempty``: dims (True: all) sharded only where no rank gets an empty piece of them, for
     kernels that reject size 0 there."""
     tensors = op.tensors()
@@ -73,12 +70,7 @@ def independent_dims(op: OpSpec, dims: Iterable[int], n_out: int, *,
         if strict and not no_empty_piece(op, size):
             continue
         ins = tuple(Shard(d) if f else R for f in flags)
-        outs: tuple[Placement, ...]
-        if out_dims is None:
-            outs = (Shard(d),) * n_out
-        else:
-            outs = tuple(R if off is None else Shard(d - off) for off in out_dims)
-        found.append(Strategy(ins, outs, local))
+        found.append(Strategy(ins, (Shard(d),) * n_out, local))
     return found
 
 
@@ -112,3 +104,18 @@ def broadcast_shards(op: OpSpec) -> list[Strategy]:
             ins.append(Shard(i) if i >= 0 and t.shape[i] == size else R)
         found.append(Strategy(tuple(ins), (Shard(d),)))
     return found
+
+
+def plane_strategies(op: OpSpec, k: int, outputs: int, partials: Sequence[Partial],
+                     empty_ok: bool, local: str | None = None) -> list[Strategy]:
+    """Ops on the last ``k`` (spatial) dims of each (image, channel) plane (pooling,
+    upsampling): shard any dim before them; the first tensor argument may take ``partials``.
+    Most such kernels take an empty batch, the first dim of the batched ((k + 2)-d) form,
+    but no empty channel (or unbatched first) dim: those shard only where no piece is empty,
+    unless ``empty_ok``."""
+    x = op.tensors()[0]
+    lead = range(x.ndim - k)
+    batched = x.ndim == k + 2
+    nonempty = False if empty_ok else {d for d in lead if d or not batched}
+    found = independent_dims(op, lead, outputs, nonempty=nonempty, local=local)
+    return found + linear_partials(op, 0, partials, [True] * outputs, local=local)

@@ -14,7 +14,7 @@ Partial kind, so all Partials pass (Note [moves keep every Partial]).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -13,7 +13,7 @@ batched form ((k + 2)-d for a k-d pad): other dims are sharded only where no pie
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -60,7 +60,7 @@ def _mirror_pad(op: OpSpec, k: int, grad: bool) -> list[Strategy]:
     return found + [Strategy((p,), (p,)) for p in partials_of(x, MOVES)]
 
 
-def _mirror_rule(k: int, grad: bool):
+def _mirror_rule(k: int, grad: bool) -> Callable[[OpSpec], list[Strategy]]:
     def rule(op: OpSpec) -> list[Strategy]:
         return _mirror_pad(op, k, grad)
 

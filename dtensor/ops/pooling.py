@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dtensor.ops._common import LINEAR, MOVES, independent_dims, linear_partials
+from dtensor.ops._common import LINEAR, MOVES, plane_strategies
 from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
 
 aten = torch.ops.aten
@@ -64,17 +64,6 @@ _TABLE: dict[object, Pool] = {
     aten._adaptive_avg_pool2d_backward.default: Pool(2, 1, LINEAR),
     aten._adaptive_avg_pool3d_backward.default: Pool(3, 1, LINEAR),
 }
-
-
-def plane_strategies(op: OpSpec, k: int, outputs: int, partials: tuple, empty_ok: bool,
-                     local: str | None = None) -> list[Strategy]:
-    """Shard any dim before the last ``k``; the first tensor argument may be Partial."""
-    x = op.tensors()[0]
-    lead = range(x.ndim - k)
-    batched = x.ndim == k + 2
-    nonempty = False if empty_ok else {d for d in lead if d or not batched}
-    found = independent_dims(op, lead, outputs, nonempty=nonempty, local=local)
-    return found + linear_partials(op, 0, partials, [True] * outputs, local=local)
 
 
 @sharding_rule(*_TABLE)

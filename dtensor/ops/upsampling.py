@@ -20,12 +20,12 @@ the strategies name the local function ``upsample_backward`` that rewrites it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from dtensor.ops._common import LINEAR, MOVES
-from dtensor.ops.pooling import plane_strategies
+from dtensor.ops._common import LINEAR, MOVES, plane_strategies
 from dtensor.ops.registry import OpSpec, Strategy, local_function, sharding_rule
 
 aten = torch.ops.aten
