@@ -14,6 +14,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Sequence
 
+from dtensor.spec import contiguous_strides
+
 _SHAPE_ARGS = frozenset({"size", "input_sizes"})
 # size/stride/offset address storage here, not the output's shape: dtensor.ops.views runs them
 # on whole replicas (or as aliases of each piece) with the arguments as given
@@ -34,14 +36,6 @@ def shape_arg_positions(func: Any) -> tuple[tuple[int, str, str], ...]:
     return tuple(shape + stride)
 
 
-def _contiguous(shape: Sequence[int]) -> list[int]:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(size, 1)
-    return list(reversed(strides))
-
-
 def localize_shape_args(func: Any, args: tuple, kwargs: dict,
                         local_out_shape: Sequence[int]) -> tuple[tuple, dict]:
     """``args``/``kwargs`` with shape arguments set to ``local_out_shape``."""
@@ -50,7 +44,7 @@ def localize_shape_args(func: Any, args: tuple, kwargs: dict,
         return args, kwargs
     args, kwargs = list(args), dict(kwargs)
     for i, name, kind in positions:
-        value = list(local_out_shape) if kind == "shape" else _contiguous(local_out_shape)
+        value = list(local_out_shape) if kind == "shape" else list(contiguous_strides(local_out_shape))
         if i < len(args):
             args[i] = value
         elif name in kwargs:

@@ -34,6 +34,7 @@ import torch
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
                                   sharding_rule)
 from dtensor.placements import REDUCE_OPS, Partial, Placement, Replicate, Shard
+from dtensor.spec import contiguous_strides
 
 aten = torch.ops.aten
 
@@ -324,7 +325,7 @@ def as_strided(op: OpSpec) -> list[Strategy]:
     size, stride = tuple(op.arg(1, "size")), tuple(op.arg(2, "stride"))
     offset = op.arg(3, "storage_offset")
     found = []
-    if tuple(t.stride) == _row_major(t.shape):
+    if tuple(t.stride) == contiguous_strides(t.shape):
         found.append(Strategy((Replicate(),), (Replicate(),), local="strided_replica"))
     if size == tuple(t.shape) and stride == tuple(t.stride) and offset in (None, 0):
         moves = [Strategy((Shard(d),), (Shard(d),)) for d in range(t.ndim)]
@@ -333,14 +334,6 @@ def as_strided(op: OpSpec) -> list[Strategy]:
             moves.append(Strategy((Replicate(),), (Replicate(),)))
         found += [dataclasses.replace(s, local="strided_identity") for s in moves]
     return found
-
-
-def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 @local_function("strided_replica")
