@@ -23,6 +23,7 @@ import sys
 from typing import Any, Callable
 
 from dtensor.mesh import DeviceMesh
+from dtensor.placements import Partial, Replicate, Shard
 from dtensor.spec import DTensorSpec
 
 
@@ -81,7 +82,26 @@ def real_mesh(mesh: Any) -> Any:
     return getattr(mesh, "real_obj", mesh) if type(mesh) is not DeviceMesh else mesh
 
 
+def _placement_fx_repr(p: Any) -> tuple[str, dict[str, type]]:
+    return repr(p), {type(p).__name__: type(p)}  # their repr evals back (STYLE 1)
+
+
+def _register_placements() -> None:
+    """Note [placements in a graph]
+    Dynamo meets placements as values of no source (``dt.placements`` of a DTensor computed
+    in the graph, as a style's hook compares): as frozen dataclasses it cannot wrap them and
+    breaks the graph there (seen: "SourcelessBuilder.create does not know how to wrap
+    <class 'dtensor.placements.Replicate'>", 6 breaks per MLP step). As opaque value types
+    they are constants, guarded by ``==``; a graph writes them as their repr."""
+    from torch._library.opaque_object import register_opaque_type
+
+    for cls in (Shard, Replicate, Partial):
+        cls.__fx_repr__ = _placement_fx_repr  # type: ignore[attr-defined]
+        register_opaque_type(cls, typ="value")
+
+
 _register_mesh()
+_register_placements()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
 
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
@@ -148,6 +149,8 @@ def test_tensor_parallel_mlp_step(backend: str) -> None:
                                                   "down": RowwiseParallel()})
         run = torch.compile(model, backend=backend, dynamic=False) if compiled else model
         loss = _mlp_step(run, x)
+        # Note [placements in a graph]: the styles' hooks compare placements without a break
+        assert not counters["graph_break"], dict(counters["graph_break"])
         grads = {n: p.grad.to_local() for n, p in model.named_parameters()}
         assert model.up.weight.grad.placements == (Shard(0),)
         results.append((loss, grads))
