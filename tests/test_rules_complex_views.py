@@ -26,6 +26,8 @@ CASES = [
     (aten.complex.default, (_r(5, 3), _r(5, 3))),
     (aten.complex.default, (_r(5, 1), _r(3,))),
     (aten.polar.default, (_r(4, 3).abs(), _r(3,))),
+    (aten._conj.default, (_r(5, 3, dtype=torch.complex64),)),
+    (aten._neg_view.default, (_r(3, 4, dtype=torch.complex64),)),
 ]
 
 
@@ -43,7 +45,7 @@ def test_complex_views_end_to_end_forward_and_backward():
         a = distribute_tensor(x, mesh, [Shard(0)]).requires_grad_()
         with fallback_policy("error"):
             z = torch.view_as_complex(a)
-            y = torch.view_as_real(z * 3) * a  # no conj in the backward
+            y = torch.view_as_real(z * z) * a  # the backward of z * z conjugates z
             assert y.placements == (Shard(0),)
             y.sum().backward()
         return y.full_tensor(), a.grad.full_tensor()
@@ -51,6 +53,6 @@ def test_complex_views_end_to_end_forward_and_backward():
     y, g = _world((2,), body)[0]
     ref = x.clone().requires_grad_()
     rz = torch.view_as_complex(ref)
-    ry = torch.view_as_real(rz * 3) * ref
+    ry = torch.view_as_real(rz * rz) * ref
     ry.sum().backward()
     assert torch.allclose(y, ry) and torch.allclose(g, ref.grad)

@@ -1,7 +1,13 @@
 """Real and complex views of one another: view_as_real, view_as_complex; and the elementwise
-constructors complex(real, imag), polar(abs, angle), which torch does not tag pointwise.
-(The lazy ``_conj`` view has no rule yet: its conj bit lives on the local piece, not on the
-DTensor, and a rule run on pieces gave a wrong gradient end to end.)
+constructors complex(real, imag), polar(abs, angle), which torch does not tag pointwise;
+the lazy conjugate and negative views _conj, _neg_view.
+
+Note [lazy conj on a piece]
+``_conj`` returns a view with the conj bit set. Run on a piece, the bit lands on the local
+tensor but not on the DTensor around it, so an op that reads raw storage (view_as_real)
+would see the unconjugated values: a wrong gradient end to end. So each rank materializes
+the conjugate instead (local function ``resolved``: conj_physical / neg): the same values, in
+a fresh tensor. What is lost is aliasing: a write through the result does not reach x.
 
 ``view_as_real`` appends a dim of 2 (real, imaginary) to a complex tensor; ``view_as_complex``
 folds that last dim of 2 back. Every other dim is carried through in place, so it may be
@@ -13,10 +19,13 @@ complex(re, im) is linear in the pair, so two P(sum) give P(sum); polar is not l
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Sequence
+
 import torch
 
 from dtensor.ops._common import R, broadcast_shards
-from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
+from dtensor.ops.registry import OpSpec, Strategy, local_function, sharding_rule
 from dtensor.placements import Partial, Shard
 
 aten = torch.ops.aten
@@ -51,3 +60,16 @@ def complex_(op: OpSpec) -> list[Strategy]:
 
 sharding_rule(aten.polar.default)(broadcast_shards)
 
+
+
+@sharding_rule(aten._conj.default, aten._neg_view.default)
+def lazy_view(op: OpSpec) -> list[Strategy]:
+    """Elementwise and additive, conj(x1 + x2) = conj(x1) + conj(x2): any Shard, P(sum);
+    run as ``resolved`` (Note [lazy conj on a piece])."""
+    return [dataclasses.replace(s, local="resolved") for s in _carried(op.tensors()[0].ndim)]
+
+
+@local_function("resolved")
+def _resolved(op: Any, args: tuple, kwargs: dict, boxes: Sequence[object]) -> torch.Tensor:
+    x = args[0]
+    return torch.conj_physical(x) if op is aten._conj.default else torch.neg(x)
