@@ -37,6 +37,8 @@ A5, A4, A0, A = _spd(5), _spd(4, 2), _spd(0), _spd()
 LU5, PIV5 = aten.linalg_lu_factor_ex(A5)[:2]
 LU, PIV = aten.linalg_lu_factor_ex(A)[:2]
 QR5 = torch.geqrf(_r(5, 4, 3))
+_X1, _X2 = _r(3, 5, 2), _r(3, 4, 2)
+_CDIST_BWD = (_r(3, 5, 4), _X1, _X2, 2.0, aten._cdist_forward(_X1, _X2, 2.0, None))
 CASES = [
     (aten.cholesky.default, (A5,), {}),
     (aten.cholesky.default, (A4, True), {}),
@@ -77,6 +79,10 @@ CASES = [
     (aten.cholesky_solve.default, (_r(5, 3, 2), _tri(5)), {}),
     (aten.vdot.default, (_r(5), _r(5)), {}),
     (aten.linalg_cross.default, (_r(5, 3), _r(5, 3)), {}),
+    (aten._cdist_forward.default, (_r(5, 3), _r(4, 3), 2.0, None), {}),
+    (aten._cdist_forward.default, (_r(3, 5, 2), _r(3, 4, 2), 1.0, None), {}),
+    (aten._cdist_forward.default, (_r(2, 3, 2), _r(1, 5, 2), 3.0, None), {}),
+    (aten._cdist_backward.default, _CDIST_BWD, {}),
     (aten.linalg_cross.default, (_r(3, 4, 2), _r(3, 1, 2)), {"dim": 0}),
     (aten.linalg_cross.default, (_r(5, 1, 3), _r(1, 2, 3)), {}),
     (aten.vdot.default, (_r(6, dtype=torch.complex128), _r(6, dtype=torch.complex128)), {}),

@@ -20,7 +20,8 @@ complex(re, im) is linear in the pair, so two P(sum) give P(sum); polar is not l
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

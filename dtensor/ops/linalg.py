@@ -1,5 +1,5 @@
 """Linear algebra over batch dims: factorizations, inverses, solves, decompositions,
-determinants, matrix exponential, pseudo-inverse; and ``vdot``, ``linalg_cross``.
+determinants, matrix exponential, pseudo-inverse; and ``vdot``, ``linalg_cross``, ``cdist``.
 
 Note [batched matrices]
 These ops treat the last one or two dims of each argument as one matrix (or a vector of
@@ -179,4 +179,39 @@ def cross(op: OpSpec) -> list[Strategy]:
         if t.shape == tuple(torch.broadcast_shapes(a.shape, b.shape)):
             for p in partials_of(t, LINEAR):
                 found.append(Strategy((p, R) if i == 0 else (R, p), (p,)))
+    return found
+
+
+@sharding_rule(aten._cdist_forward.default)
+def cdist(op: OpSpec) -> list[Strategy]:
+    """``_cdist_forward(x1 (*, P, M), x2 (*, R, M), p, mode) -> (*, P, R)``: distance (p, r)
+    reads row p of x1 and row r of x2 only, whole along M (a p-norm of the difference is not
+    a sum of per-piece norms: M Replicate). So like a matmul without a contraction: a batch
+    dim sharded on both, the rows of x1 (x2 Replicate) -> output rows, the rows of x2 ->
+    output columns. Batch dims that broadcast are left Replicate. Not linear: no Partial."""
+    x1, x2 = op.tensors()
+    n = x1.ndim
+    found = [Strategy((R, R), (R,))]
+    if x1.shape[:-2] == x2.shape[:-2]:
+        found += [Strategy((Shard(d), Shard(d)), (Shard(d),)) for d in range(n - 2)]
+    return found + [Strategy((Shard(n - 2), R), (Shard(n - 2),)),
+                    Strategy((R, Shard(n - 2)), (Shard(n - 1),))]
+
+
+@sharding_rule(aten._cdist_backward.default)
+def cdist_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad (*, P, R), x1, x2, p, cdist) -> grad_x1 (*, P, M)``: row p of grad_x1 is a sum
+    over r of terms of (grad, x1, x2, cdist) at (p, r). Batch dims and the rows P shard (x2
+    Replicate for P); the columns R shard into per-rank addends -> P(sum); linear in grad
+    (the other inputs fixed) -> P(sum)/P(avg) grad gives that Partial."""
+    grad, x1, x2, dist = op.tensors()
+    n = x1.ndim
+    found = [Strategy((R,) * 4, (R,))]
+    if x1.shape[:-2] == x2.shape[:-2] == grad.shape[:-2]:
+        found += [Strategy((Shard(d),) * 4, (Shard(d),)) for d in range(n - 2)]
+    rows, cols = Shard(n - 2), Shard(n - 1)
+    found += [Strategy((rows, rows, R, rows), (rows,)),
+              Strategy((cols, R, rows, cols), (Partial("sum"),))]
+    for p in partials_of(grad, LINEAR):
+        found.append(Strategy((p, R, R, R), (p,)))
     return found
