@@ -9,6 +9,7 @@ from simpg import c10d_state as _c10d_state
 from simpg import isolation as _isolation
 from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
+from simpg.capabilities import UnsupportedCollectiveError, behave_as
 from simpg.costmodel import CostModel, LinkModel
 from simpg.errors import (
                           CollectiveMismatchError,
@@ -46,6 +47,8 @@ __all__ = [
     "Trace",
     "UnwaitedWorkError",
     "UnwaitedWorkWarning",
+    "UnsupportedCollectiveError",
+    "behave_as",
     "run",
     "run_subtests",
     "trace",

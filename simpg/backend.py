@@ -10,8 +10,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from simpg.capabilities import resolve
 from simpg.ops import COMPUTE
-from simpg.process_group import SimProcessGroup
+from simpg.process_group import SimProcessGroup, group_class
 from simpg.rendezvous import GroupInfo, Rendezvous
 from simpg.world import World
 
@@ -27,9 +28,10 @@ _self_started_lock = threading.Lock()
 _MAX_SELF_STARTED_TIMEOUT_S = 300.0  # c10d's default is 30 min: far too long to wait on a hang
 
 
-def new_world(size: int, **kwargs: Any) -> World:
+def new_world(size: int, capabilities: str | None = None, **kwargs: Any) -> World:
     world = World(size, **kwargs)
     world.rendezvous = Rendezvous(world, COMPUTE)
+    world.capabilities = resolve(capabilities)  # Note [behaving as gloo]
     return world
 
 
@@ -67,7 +69,8 @@ def _create(opts: Any, backend_options: Any) -> SimProcessGroup:
         label = f"ranks({','.join(map(str, ranks))})"
     group = GroupInfo(str(opts.group_id), ranks, label)
     world.rendezvous.register_group(group)  # type: ignore[attr-defined]
-    return SimProcessGroup(world, group, opts.group_rank, is_default)
+    cls = group_class(world.capabilities)  # type: ignore[attr-defined]
+    return cls(world, group, opts.group_rank, is_default)
 
 
 def register() -> None:

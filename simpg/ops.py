@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from simpg import collectives as C  # the ring traffic helpers are called directly: hot path
+from simpg import kernels as K  # Note [one pass over memory]
 from simpg.rendezvous import Call
 
 Traffic = tuple[tuple[int, ...], tuple[int, ...]]
@@ -45,9 +46,8 @@ def all_reduce(calls: list[Call]) -> Result:
     n = len(calls)
     for k in range(len(per_rank[0])):
         inputs = [ts[k] for ts in per_rank]
-        result = C.reduce_tensors(inputs, op) if n > 1 else inputs[0]
-        for t in inputs:
-            _write(t, result)
+        if n > 1:
+            K.reduce_into(inputs, inputs, op)
 
     def traffic() -> Traffic:
         sent, received = [0] * n, [0] * n
@@ -62,15 +62,18 @@ def all_reduce(calls: list[Call]) -> Result:
 
 def all_gather(calls: list[Call]) -> Result:
     inputs = _p(calls, "input")
-    for rank, outs in enumerate(_p(calls, "outputs")):
-        for src, (out, inp) in enumerate(zip(outs, inputs)):
-            if out.shape != inp.shape:
-                raise ValueError(
-                    f"rank {rank}'s output_tensor_list[{src}] has shape {tuple(out.shape)}, but "
-                    f"rank {src} contributes a tensor of shape {tuple(inp.shape)}"
-                )
-            _write(out, inp)
-    return _p(calls, "outputs"), partial(C._ring_gather_traffic, [_nbytes(t) for t in inputs])
+    outputs = _p(calls, "outputs")
+    shapes = [t.shape for t in inputs]
+    for rank, outs in enumerate(outputs):
+        if [o.shape for o in outs] != shapes:  # the common case checked in one comparison
+            src = next(i for i, (o, s) in enumerate(zip(outs, shapes)) if o.shape != s)
+            raise ValueError(
+                f"rank {rank}'s output_tensor_list[{src}] has shape "
+                f"{tuple(outs[src].shape)}, but rank {src} contributes a tensor of shape "
+                f"{tuple(shapes[src])}"
+            )
+    K.gather_into(outputs, inputs)
+    return outputs, partial(C._ring_gather_traffic, [_nbytes(t) for t in inputs])
 
 
 def all_gather_into_tensor(calls: list[Call]) -> Result:

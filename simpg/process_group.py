@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from simpg import collectives as C
+from simpg.capabilities import PROFILES, Capabilities, refuse
 from simpg.faults import apply_fault
 from simpg.rendezvous import Call, GroupInfo, Work, caller_site
 from simpg.world import World
@@ -87,9 +88,10 @@ class SimProcessGroup(dist.ProcessGroup):
     """One rank's view of one simpg group; created by the ``"simpg"`` backend."""
 
     # What this backend runs natively, for libraries that ask a group (dtensor.comm reads it):
-    # every list form with uneven tensors, reduce_scatter, and ReduceOp.AVG
-    collective_capabilities = {"uneven_all_gather": True, "uneven_all_to_all": True,
-                               "reduce_scatter": True, "avg": True}
+    # every list form with uneven tensors, reduce_scatter, and ReduceOp.AVG; a world that
+    # behaves as another backend uses a subclass (Note [behaving as gloo])
+    capabilities: Capabilities = PROFILES["full"]
+    collective_capabilities = capabilities.declared()
 
     def __init__(self, world: World, group: GroupInfo, group_rank: int, is_default: bool) -> None:
         super().__init__(group_rank, group.size)
@@ -163,7 +165,13 @@ class SimProcessGroup(dist.ProcessGroup):
     def _reduce_op(self, opts: Any, dtype: torch.dtype) -> str:
         name = reduce_op_name(opts.reduceOp)
         _check_reduce_op(name, dtype)
+        if name == "avg" and not self.capabilities.avg:
+            raise refuse(self.capabilities, "ReduceOp.AVG", "which has no AVG")
         return name
+
+    def _refuse_reduce_scatter(self, op: str) -> None:
+        if not self.capabilities.reduce_scatter:
+            raise refuse(self.capabilities, op, "which has no reduce_scatter")
 
     # -- collectives -------------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
@@ -200,6 +208,10 @@ class SimProcessGroup(dist.ProcessGroup):
         (inp,) = self._single("input_tensors", inputs)
         (outs,) = output_lists
         self._check_list("output_tensor_list", outs, inp.dtype)
+        if not self.capabilities.uneven_all_gather and any(o.shape != inp.shape for o in outs):
+            raise refuse(self.capabilities, "all_gather with tensors of different shapes",
+                         f"which needs every output shaped like the input {_shape(inp)}, got "
+                         f"{[_shape(o) for o in outs]}")
         summary = _summary("all_gather", input_shape=_shape(inp), dtype=inp.dtype)
         return self._issue("all_gather", inp.dtype, (), summary,
                            {"input": inp, "outputs": outs, "inputs": inp})
@@ -237,6 +249,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: Any = None) -> Work:
         opts = opts or dist.ReduceScatterOptions()
+        self._refuse_reduce_scatter("reduce_scatter")
         (out,) = self._single("output_tensors", outputs)
         (ins,) = input_lists
         self._check_list("input_list", ins, out.dtype)
@@ -255,6 +268,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single(self, output: torch.Tensor, inp: torch.Tensor,
                               opts: Any = None) -> Work:
         opts = opts or dist.ReduceScatterOptions()
+        self._refuse_reduce_scatter("reduce_scatter_tensor")
         _check_tensors("tensors", [output, inp])
         n = self._group.size
         if inp.numel() != n * output.numel():
@@ -314,6 +328,11 @@ class SimProcessGroup(dist.ProcessGroup):
         dtype = _check_tensors("input_tensor_list", inputs)
         self._check_list("input_tensor_list", inputs, dtype)
         self._check_list("output_tensor_list", outputs, dtype)
+        if not self.capabilities.uneven_all_to_all and \
+                len({t.shape for t in (*inputs, *outputs)}) > 1:
+            raise refuse(self.capabilities, "all_to_all with tensors of different shapes",
+                         f"which needs one shape for every tensor, got inputs "
+                         f"{[_shape(t) for t in inputs]}, outputs {[_shape(t) for t in outputs]}")
         summary = _summary("all_to_all", input_shapes=[_shape(t) for t in inputs], dtype=dtype)
         return self._issue("all_to_all", dtype, (), summary, {"inputs": inputs, "outputs": outputs})
 
@@ -407,3 +426,17 @@ class SimProcessGroup(dist.ProcessGroup):
         self._root(peer)
         if peer == self._group_rank:
             raise ValueError(f"{arg}={peer} is this rank itself: a rank cannot message itself")
+
+
+_PROFILE_CLASSES: dict[str, type[SimProcessGroup]] = {"full": SimProcessGroup}
+
+
+def group_class(caps: Capabilities) -> type[SimProcessGroup]:
+    """The group class that declares ``caps`` (Note [behaving as gloo]: one per profile)."""
+    cls = _PROFILE_CLASSES.get(caps.name)
+    if cls is None:
+        cls = _PROFILE_CLASSES[caps.name] = type(
+            f"SimProcessGroup_{caps.name}", (SimProcessGroup,),
+            {"capabilities": caps, "collective_capabilities": caps.declared(),
+             "__module__": __name__})
+    return cls

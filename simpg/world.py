@@ -128,6 +128,7 @@ class World:
         self.failed_rank: int | None = None
         self.on_complete: list[Callable[[object], None]] = []  # trace sinks, see simpg.trace
         self.rendezvous: object = None  # set by simpg.rendezvous.Rendezvous
+        self.capabilities: object = None  # set by simpg.backend.new_world (Note [behaving as gloo])
         self.faults: dict[int, list] = {}
         # set by simpg.run, whose threads are its own to interrupt (Note [abandoning a stuck
         # rank]); threads you start yourself are only reported

@@ -501,8 +501,8 @@ def test_a_backward_on_another_thread_finds_the_mode_of_the_rank_that_launched_i
     assert _run(body) == [[("all_reduce", "backward")]] * 2
 
 
-def test_a_fallback_reduce_scatter_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(comm, "capabilities", lambda group: comm.PORTABLE)  # built from all_to_all
+def test_a_fallback_reduce_scatter_counts_once() -> None:
+    # a backend without reduce_scatter: dtensor builds it from all_to_all
 
     def body() -> tuple[Counter[str], torch.Tensor]:
         pieces = [torch.full((2,), float(dist.get_rank() + i)) for i in range(2)]
@@ -510,7 +510,9 @@ def test_a_fallback_reduce_scatter_counts_once(monkeypatch: pytest.MonkeyPatch) 
             out = comm.reduce_scatter(pieces, dist.group.WORLD)
         return mode.get_comm_counts_by_kind(), out
 
-    for r, (counts, out) in enumerate(_run(body)):
+    with simpg.behave_as("portable"):
+        results = _run(body)
+    for r, (counts, out) in enumerate(results):
         assert counts == Counter(reduce_scatter=1)
         assert torch.equal(out, torch.full((2,), float(2 * r + 1)))
 

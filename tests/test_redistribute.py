@@ -144,13 +144,14 @@ def test_every_pair_on_a_3d_mesh():
     sweep((2, 2, 2), make_cases((2, 2, 2), shapes=((7, 5),), per_dim=per_dim))
 
 
-def test_portable_fallbacks_match_reference(monkeypatch):
-    # simpg declared as a backend with none of the optional ops: padded all_gather_single,
-    # all_to_all_single with splits, reduce_scatter by all_to_all, avg as sum then divide.
-    monkeypatch.setattr(comm, "capabilities", lambda group: comm.PORTABLE)
+def test_portable_fallbacks_match_reference():
+    # simpg behaving as a backend with none of the optional ops (and refusing them): padded
+    # all_gather_single, all_to_all_single with splits, reduce_scatter by all_to_all, avg as
+    # sum then divide.
     per_dim = (Shard(0), Shard(1), Replicate(), Partial("sum"), Partial("avg"))
     cases = make_cases((2, 2), shapes=((7, 5), (3, 1)), per_dim=per_dim)
-    sweep((2, 2), cases, check_bytes=False)
+    with simpg.behave_as("portable"):
+        sweep((2, 2), cases, check_bytes=False)
 
 
 def test_integer_dtype_is_bit_exact_and_avg_on_ints_is_refused():
@@ -167,15 +168,15 @@ def test_integer_dtype_is_bit_exact_and_avg_on_ints_is_refused():
     simpg.run(body, 2)
 
 
-def test_product_partials_match_reference_on_the_native_and_portable_paths(monkeypatch):
+def test_product_partials_match_reference_on_the_native_and_portable_paths():
     # +-1 factors split each value, so the reference is exact; the portable path reduces a
     # product reduce_scatter by all_to_all then a local prod
     per_dim = (Shard(0), Replicate(), Partial("product"))
     cases = make_cases((2, 2), shapes=((7, 5), (3, 1)), per_dim=per_dim)
     sweep((2, 2), cases)
     sweep((4,), make_cases((4,), shapes=((7, 5),), dtype=torch.int32, per_dim=per_dim))
-    monkeypatch.setattr(comm, "capabilities", lambda group: comm.PORTABLE)
-    sweep((2, 2), cases, check_bytes=False)
+    with simpg.behave_as("portable"):
+        sweep((2, 2), cases, check_bytes=False)
 
 
 def test_prod_is_an_alias_of_product_as_torch_reads_it():
@@ -249,7 +250,7 @@ def test_step_error_for_an_impossible_step():
     simpg.run(body, 2)
 
 
-def test_comm_uneven_collectives_on_both_paths(monkeypatch):
+def test_comm_uneven_collectives_on_both_paths():
     def body():
         g = dist.group.WORLD
         r, n = dist.get_rank(), dist.get_world_size()
@@ -263,8 +264,8 @@ def test_comm_uneven_collectives_on_both_paths(monkeypatch):
     native = simpg.run(body, 3)
     assert native[2] == ([[], [[1, 1]], [[2, 2], [2, 2]]], [[2, 2], [12, 12, 12], [22] * 4],
                          [2.0, 2.0])
-    monkeypatch.setattr(comm, "capabilities", lambda group: comm.PORTABLE)
-    assert simpg.run(body, 3) == native
+    assert simpg.run(body, 3, capabilities="portable") == native
+    assert simpg.run(body, 3, capabilities="gloo") == native
 
 
 def test_comm_errors_name_the_mismatch():
