@@ -27,6 +27,7 @@ CASES = [
     (aten.complex.default, (_r(5, 1), _r(3,))),
     (aten.polar.default, (_r(4, 3).abs(), _r(3,))),
     (aten._conj.default, (_r(5, 3, dtype=torch.complex64),)),
+    (aten._conj_physical.default, (_r(3, 2, dtype=torch.complex64),)),
     (aten._neg_view.default, (_r(3, 4, dtype=torch.complex64),)),
 ]
 

@@ -36,6 +36,11 @@ CASES = [
     (aten.tril.default, (_r(3, 2, 4, 4), -1), {}),
     (aten.triu.default, (torch.arange(45).view(5, 3, 3), 1), {}),
     (aten.triu.default, (_r(0, 3, 2),), {}),
+    (aten.tril_.default, (_r(5, 3, 4), 1), {}),
+    (aten.triu_.default, (_r(3, 3, 3),), {}),
+    (aten.diagonal_scatter.default, (_r(5, 3, 4), _r(5, 3), 0, 1, 2), {}),
+    (aten.diagonal_scatter.default, (_r(4, 3, 5), _r(3, 3), -1, 0, 2), {}),
+    (aten.diagonal_scatter.default, (_r(0, 2, 2), _r(0, 2)), {"dim1": 1, "dim2": 2}),
 ]
 
 

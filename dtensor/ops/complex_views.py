@@ -74,3 +74,9 @@ def lazy_view(op: OpSpec) -> list[Strategy]:
 def _resolved(op: Any, args: tuple, kwargs: dict, boxes: Sequence[object]) -> torch.Tensor:
     x = args[0]
     return torch.conj_physical(x) if op is aten._conj.default else torch.neg(x)
+
+
+@sharding_rule(aten._conj_physical.default)
+def conj_physical(op: OpSpec) -> list[Strategy]:
+    """The materialized conjugate: elementwise and additive, any Shard and P(sum)."""
+    return _carried(op.tensors()[0].ndim)

@@ -1,5 +1,5 @@
-"""The diagonal family: diagonal, diagonal_copy, diagonal_backward, diag_embed; and the
-triangle masks tril/triu.
+"""The diagonal family: diagonal, diagonal_copy, diagonal_backward, diag_embed,
+diagonal_scatter; and the triangle masks tril/triu (and their in-place forms).
 
 ``diagonal(x, offset, dim1, dim2)`` drops dims dim1 and dim2 and appends the diagonal as the
 last dim; ``diag_embed`` is its inverse, spreading the last dim over two new dims (zeros
@@ -63,7 +63,7 @@ def diag_embed(op: OpSpec) -> list[Strategy]:
     return _carried(op, list(enumerate(_others(n, a, b)))[:max(x.ndim - 1, 0)])
 
 
-@sharding_rule(aten.tril.default, aten.triu.default)
+@sharding_rule(aten.tril.default, aten.triu.default, aten.tril_.default, aten.triu_.default)
 def triangle(op: OpSpec) -> list[Strategy]:
     """``tril(x, diagonal)`` keeps x[..., i, j] where j - i <= diagonal, zeros the rest. The
     mask is drawn by global row and column, so the last two dims are whole (a rank's rows
@@ -71,3 +71,18 @@ def triangle(op: OpSpec) -> list[Strategy]:
     Kept elements and zeros reduce to themselves under every Partial kind."""
     x = op.tensors()[0]
     return _carried(op, [(d, d) for d in range(max(x.ndim - 2, 0))])
+
+
+@sharding_rule(aten.diagonal_scatter.default)
+def diagonal_scatter(op: OpSpec) -> list[Strategy]:
+    """``(x, src, offset, dim1, dim2)``: x with its diagonal replaced by src (shaped like
+    ``diagonal(x, ...)``). A carried dim of x shards with src's matching dim (src's dim o is
+    x's dim others[o]); both Partial alike stay that Partial: each output element is an
+    element of x or of src, picked by position alone."""
+    x, src = op.tensors()
+    a, b = dim_of(op.arg(3, "dim1", 0), x.ndim), dim_of(op.arg(4, "dim2", 1), x.ndim)
+    found = [Strategy((R, R), (R,))]
+    found += [Strategy((Shard(d), Shard(o)), (Shard(d),))
+              for o, d in enumerate(_others(x.ndim, a, b))]
+    kinds = [p for p in partials_of(x, MOVES) if p in partials_of(src, MOVES)]
+    return found + [Strategy((p, p), (p,)) for p in kinds]
