@@ -1,9 +1,12 @@
 """simpg vs torch's multithreaded process group vs gloo processes, on this machine.
 
-    .venv/bin/python benchmarks/bench_simpg.py [--quick]
+    .venv/bin/python benchmarks/bench_simpg.py [--quick] [--loaded]
 
 Prints one markdown table: world start+stop, 1 KB all_reduce and all_gather latency and 4 MB
-all_reduce bandwidth at 4 and 8 ranks. Each backend is measured in its own fresh interpreter
+all_reduce bandwidth at 4 and 8 ranks, and how close each backend's 4 MB all_reduce comes to
+this machine's memory bound; then a world-size sweep (2..64 ranks) of the 1 KB all_reduce
+for simpg and torch's threaded group. ``--loaded`` keeps one busy process per core running
+while it measures (a machine shared with other work). Each backend is measured in its own fresh interpreter
 (this script re-run with --backend): importing simpg replaces torch.distributed's module-level
 world with a per-rank proxy, and torch's threaded PG swaps in its own thread-local world, so
 keeping them apart means neither figure pays for, or is broken by, the other's patching.
@@ -13,9 +16,11 @@ Every measured path checks its result once: a wrong answer raises instead of giv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -35,6 +40,7 @@ except ImportError:
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4, 8)
+SWEEP = (2, 4, 8, 16, 32, 64)
 BACKENDS = ("simpg", "torch_mt", "gloo")
 SMALL = 256  # float32 elements: 1 KB
 LARGE = 1 << 20  # float32 elements: 4 MB
@@ -78,6 +84,19 @@ def _per_call_s(call: Callable[[], Any], iters: int, warmup: int, rounds: int) -
     return _best_mean_s(loop, iters, rounds)
 
 
+def _switches_per_call(call: Callable[[], Any], iters: int) -> tuple[float, float]:
+    """(voluntary, involuntary) context switches of this process per call: a figure that a
+    busy machine does not blur. Hand-overs are voluntary; involuntary ones are preemptions."""
+    dist.barrier()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(iters):
+        call()
+    dist.barrier()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return ((after.ru_nvcsw - before.ru_nvcsw) / iters,
+            (after.ru_nivcsw - before.ru_nivcsw) / iters)
+
+
 def rank_figures(reps: dict[str, int]) -> Figures | None:
     """The collective figures, as rank 0's loop wall time; None on other ranks."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -89,6 +108,7 @@ def rank_figures(reps: dict[str, int]) -> Figures | None:
     _check(bool((small == expected_sum).all()), "all_reduce 1 KB")
     small.zero_()  # zeros stay zeros: repeated in-place sums cannot overflow to inf
     ar_small = _per_call_s(lambda: dist.all_reduce(small), reps["small"], warmup, rounds)
+    switches = _switches_per_call(lambda: dist.all_reduce(small), reps["small"])
 
     mine = torch.full((SMALL,), float(rank + 1))
     outs = [torch.empty(SMALL) for _ in range(n)]
@@ -106,9 +126,21 @@ def rank_figures(reps: dict[str, int]) -> Figures | None:
         return None
     return {
         "all_reduce_1k_us": ar_small * 1e6,
+        "all_reduce_1k_switches": switches[0],
+        "all_reduce_1k_preempted": switches[1],
         "all_gather_1k_us": ag_small * 1e6,
         "all_reduce_4m_gbps": LARGE * 4 / ar_large / 1e9,
+        # the least any all_reduce must do: read every rank's input once, write every output
+        "all_reduce_4m_moved_gbps": 2 * n * LARGE * 4 / ar_large / 1e9,
     }
+
+
+def sweep_figure(reps: dict[str, int]) -> float | None:
+    """1 KB all_reduce, µs per call on rank 0 (the sweep's one figure)."""
+    small = torch.zeros(SMALL)
+    iters = max(10, reps["small"] // dist.get_world_size())
+    per_call = _per_call_s(lambda: dist.all_reduce(small), iters, 5, reps["rounds"])
+    return per_call * 1e6 if dist.get_rank() == 0 else None
 
 
 def _noop() -> None:
@@ -136,6 +168,8 @@ def measure_simpg(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
     for n in SIZES:
         start = _start_stop_ms(lambda: simpg.run(_noop, n), reps)
         out[n] = {"start_stop_ms": start, **simpg.run(rank_figures, n, reps)[0]}
+    for n in SWEEP:
+        out[n] = {**out.get(n, {}), "sweep_us": simpg.run(sweep_figure, n, reps)[0]}
     return out
 
 
@@ -182,6 +216,8 @@ def measure_torch_mt(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
     for n in SIZES:
         start = _start_stop_ms(lambda: _run_threaded(_noop, n), reps)
         out[n] = {"start_stop_ms": start, **_run_threaded(rank_figures, n, reps)[0]}
+    for n in SWEEP:
+        out[n] = {**out.get(n, {}), "sweep_us": _run_threaded(sweep_figure, n, reps)[0]}
     return out
 
 
@@ -232,21 +268,54 @@ def measure_gloo(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
 MEASURE = {"simpg": measure_simpg, "torch_mt": measure_torch_mt, "gloo": measure_gloo}
 
 
+# --- the machine ------------------------------------------------------------------------------
+
+def memcpy_gbps() -> float:
+    """Bytes moved (read + written) per second by one thread copying 64 MB: the memory bound
+    a reduction on one core can approach (simpg reduces on the one running rank's thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        src, dst = torch.ones(1 << 24), torch.empty(1 << 24)
+        dst.copy_(src)
+        best = _best_mean_s(lambda k: [dst.copy_(src) for _ in range(k)], 5, 5)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * src.numel() * 4 / best / 1e9
+
+
+def start_load() -> list[subprocess.Popen]:
+    """One busy process per core, as a machine shared with other work (--loaded)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(cpus or 1)]
+
+
+def stop_load(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
 # --- the report ------------------------------------------------------------------------------
 
 ROWS = (  # key, label, format
     ("start_stop_ms", "world start+stop (ms)", "{:.2f}"),
     ("all_reduce_1k_us", "all_reduce 1 KB (µs/call)", "{:.1f}"),
+    ("all_reduce_1k_switches", "all_reduce 1 KB: voluntary context switches/call", "{:.1f}"),
+    ("all_reduce_1k_preempted", "all_reduce 1 KB: involuntary (preemptions)/call", "{:.2f}"),
     ("all_gather_1k_us", "all_gather 1 KB (µs/call)", "{:.1f}"),
     ("all_reduce_4m_gbps", "all_reduce 4 MB (GB/s algbw)", "{:.2f}"),
+    ("all_reduce_4m_moved_gbps", "all_reduce 4 MB: GB/s moved (read n + write n)", "{:.2f}"),
 )
 
 
 def print_table(results: dict[str, dict[int, Figures]], failed: list[str],
-                argv: list[str]) -> None:
+                argv: list[str], memcpy: float, loaded: bool) -> None:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"command: {' '.join(argv)}")
     print(f"torch {torch.__version__}, {cpus} cores, "
+          f"{'one busy process per core (--loaded)' if loaded else 'no added load'}, "
           f"{datetime.datetime.now().isoformat(timespec='seconds')}")
     print()
     print("| metric | ranks | simpg | torch MT | gloo | simpg / torch MT | simpg / gloo |")
@@ -261,14 +330,36 @@ def print_table(results: dict[str, dict[int, Figures]], failed: list[str],
             print(f"| {label} | {n} | " + " | ".join(cells + ratios) + " |")
     print()
     print("Each figure is the best of several rounds' means (other work shares the cores); "
-          "collectives are timed on rank 0.")
+          "collectives are timed on rank 0. Context switches count the whole process (every "
+          "rank of simpg and torch MT; rank 0's process for gloo).")
     print("Ratios are simpg's figure over the other's: below 1 is better for simpg in the "
-          "time rows, above 1 in the GB/s row.")
+          "time rows, above 1 in the GB/s rows.")
+    print(f"Memory bound: one thread's memcpy moves {memcpy:.2f} GB/s (read + write); "
+          "simpg's 4 MB all_reduce reaches " + ", ".join(
+              f"{results['simpg'][n]['all_reduce_4m_moved_gbps'] / memcpy:.0%} of it at {n} "
+              "ranks" for n in SIZES if "simpg" in results) + ".")
+
+
+def print_sweep(results: dict[str, dict[int, Figures]]) -> None:
+    """Per-collective cost as the world grows: linear in ranks means a flat µs/rank column."""
+    print()
+    print("| ranks | simpg (µs/call) | simpg µs/rank | torch MT (µs/call) | torch MT µs/rank "
+          "| simpg / torch MT |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in SWEEP:
+        s, t = (results.get(b, {}).get(n, {}).get("sweep_us") for b in ("simpg", "torch_mt"))
+        cells = [f"{v:.1f} | {v / n:.1f}" if v is not None else "– | –" for v in (s, t)]
+        ratio = f"{s / t:.3g}" if s is not None and t else "–"
+        print(f"| {n} | " + " | ".join(cells) + f" | {ratio} |")
+    print()
+    print("1 KB all_reduce per call on rank 0 as the world grows (best of several rounds).")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no gloo at 8")
+    parser.add_argument("--loaded", action="store_true",
+                        help="measure with one busy process per core running")
     parser.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--write-readme", action="store_true",
@@ -284,7 +375,10 @@ def main() -> None:
 
     results: dict[str, dict[int, Figures]] = {}
     failed: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    memcpy = memcpy_gbps()  # before any load: the machine's own bound
+    load = start_load() if args.loaded else []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(stop_load, load)
         for backend in BACKENDS:
             out = os.path.join(tmp, f"{backend}.json")
             cmd = [sys.executable, os.path.abspath(__file__), "--backend", backend, "--out", out]
@@ -295,7 +389,9 @@ def main() -> None:
             with open(out) as f:  # JSON keys are strings
                 results[backend] = {int(n): figs for n, figs in json.load(f).items()}
     with readme_figures.tee() as report:
-        print_table(results, failed, [os.path.relpath(sys.executable), *sys.argv])
+        print_table(results, failed, [os.path.relpath(sys.executable), *sys.argv], memcpy,
+                    args.loaded)
+        print_sweep(results)
     if args.write_readme and not failed:
         readme_figures.write_readme("bench-simpg", report.getvalue(), " ".join(
             [".venv/bin/python", "benchmarks/bench_simpg.py", *sys.argv[1:]]))
