@@ -147,3 +147,15 @@ for _op in DRAWS:
     register_decomposition(_op, _draw)
 for _op in LIKES:
     register_decomposition(_op, _like)
+
+
+def _fill_partial(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``fill_(v)`` of a Partial(sum) target: the rule cannot keep it (n copies of v sum to
+    n * v), but the value can be held as one addend, as a fill's draw is (``_fill``)."""
+    x = args[0]
+    if not x._spec.has_partial:
+        return NotImplemented  # the rule fills each piece where it is
+    return _fill(func, args, kwargs)
+
+
+register_decomposition(aten.fill_.Scalar, _fill_partial)
