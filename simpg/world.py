@@ -4,7 +4,8 @@ Note [one rank runs at a time]
 Ranks hand a baton to each other: the rank holding it runs; the others sleep on their own
 lock. A rank gives the baton away only when it must wait (a collective not yet complete, a
 message not yet sent), when it finishes, or, in seeded mode, at each collective. This buys:
-- speed: a collective costs one thread switch per rank, with no busy waiting;
+- speed: a collective costs one thread switch per rank, with no busy waiting (and, with
+  pinned threads, no preemption: Note [hand-over without preemption] in simpg/runner.py);
 - isolation: torch's CPU generator is process-wide, so each rank's RNG state is saved when it
   sleeps and restored when it wakes; a process-wide lock (``_CPU``) extends that to several
   worlds running at once in one process (pytest-xdist, threads);
