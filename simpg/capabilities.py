@@ -11,7 +11,9 @@ call the profile lacks, as gloo raises on the calling process. Profiles:
 
 - ``"full"``: everything (the default);
 - ``"gloo"``: gloo in torch 2.13: no list-form all_gather or all_to_all with tensors of
-  different shapes; reduce_scatter and ReduceOp.AVG run;
+  different shapes, and all_gather_into_tensor only into the inputs concatenated along dim 0
+  (gloo raises "invalid tensor size" for an output of shape (n, *input) that NCCL takes);
+  reduce_scatter and ReduceOp.AVG run;
 - ``"portable"``: none of the optional ops: no uneven list all_gather or all_to_all, no
   reduce_scatter (list or tensor form), no AVG.
 
@@ -45,19 +47,23 @@ class Capabilities:
     uneven_all_to_all: bool  # list-form all_to_all with tensors of different shapes
     reduce_scatter: bool  # reduce_scatter, list and tensor forms
     avg: bool  # ReduceOp.AVG
+    # all_gather_into_tensor into any output with n x the input's elements (NCCL, simpg);
+    # not declared: no library asks, and gloo's rule (outputs concatenated along dim 0) is
+    # what portable code follows anyway
+    any_gather_output_shape: bool = True
 
     def declared(self) -> dict[str, bool]:
         """The ``collective_capabilities`` dict a group of this profile carries."""
         fields = asdict(self)
-        del fields["name"]
+        del fields["name"], fields["any_gather_output_shape"]
         return fields
 
 
 PROFILES: dict[str, Capabilities] = {
     "full": Capabilities("full", True, True, True, True),
     "gloo": Capabilities("gloo", uneven_all_gather=False, uneven_all_to_all=False,
-                         reduce_scatter=True, avg=True),
-    "portable": Capabilities("portable", False, False, False, False),
+                         reduce_scatter=True, avg=True, any_gather_output_shape=False),
+    "portable": Capabilities("portable", False, False, False, False, False),
 }
 
 _current: contextvars.ContextVar[Capabilities | None] = contextvars.ContextVar(

@@ -231,6 +231,12 @@ class SimProcessGroup(dist.ProcessGroup):
                 f"all_gather_into_tensor: output has {output.numel()} elements, expected "
                 f"{n} x {inp.numel()} (group size x input elements) for input {_shape(inp)}"
             )
+        if not self.capabilities.any_gather_output_shape:
+            stacked = (n * inp.shape[0], *inp.shape[1:]) if inp.dim() else None
+            if _shape(output) != stacked:
+                raise refuse(self.capabilities, "all_gather_into_tensor",
+                             f"which needs the output shaped as the inputs concatenated along "
+                             f"dim 0, {stacked}, got {_shape(output)} for input {_shape(inp)}")
         summary = _summary("all_gather_into_tensor", input_shape=_shape(inp), dtype=inp.dtype)
         return self._issue("all_gather_into_tensor", inp.dtype, (_shape(inp),), summary,
                            {"input": inp, "output": output, "inputs": inp})

@@ -59,6 +59,10 @@ def _uneven_all_to_all() -> None:
                     [torch.ones(r + k + 1) for k in range(2)])
 
 
+def _stacked_all_gather_into_tensor() -> None:
+    dist.all_gather_single(torch.empty(2, 2, 4), torch.ones(2, 4))  # NCCL takes it
+
+
 def _reduce_scatter() -> None:
     dist.reduce_scatter(torch.empty(2), [torch.ones(2), torch.ones(2)])
 
@@ -74,6 +78,8 @@ def _avg() -> None:
 CASES = [  # (body, what the error names, profiles that refuse it)
     (_uneven_all_gather, "all_gather with tensors of different shapes", ("gloo", "portable")),
     (_uneven_all_to_all, "all_to_all with tensors of different shapes", ("gloo", "portable")),
+    (_stacked_all_gather_into_tensor, r"all_gather_into_tensor: .*\(4, 4\), got \(2, 2, 4\)",
+     ("gloo", "portable")),
     (_reduce_scatter, "reduce_scatter: ", ("portable",)),
     (_reduce_scatter_tensor, "reduce_scatter_tensor: ", ("portable",)),
     (_avg, "ReduceOp.AVG: ", ("portable",)),
@@ -85,7 +91,7 @@ CASES = [  # (body, what the error names, profiles that refuse it)
 def test_a_profile_refuses_exactly_what_it_lacks(body, what, refused_by, profile) -> None:
     if profile in refused_by:
         with pytest.raises(simpg.UnsupportedCollectiveError,
-                           match=rf"{what}.*simpg behaves as '{profile}'"):
+                           match=rf"(?s)(?=.*{what})(?=.*simpg behaves as '{profile}')"):
             simpg.run(body, 2, capabilities=profile)
     else:
         simpg.run(body, 2, capabilities=profile)
@@ -94,3 +100,10 @@ def test_a_profile_refuses_exactly_what_it_lacks(body, what, refused_by, profile
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_what_every_backend_has_still_runs(profile: str) -> None:
     assert simpg.run(_even_all_gather, 2, capabilities=profile) == [[0.0, 1.0]] * 2
+
+    def gather_along_dim0() -> list[float]:
+        out = torch.empty(4, 3)
+        dist.all_gather_single(out, torch.full((2, 3), float(dist.get_rank())))
+        return out[:, 0].tolist()
+
+    assert simpg.run(gather_along_dim0, 2, capabilities=profile) == [[0.0, 0.0, 1.0, 1.0]] * 2
