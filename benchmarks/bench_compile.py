@@ -103,7 +103,7 @@ def rank_body(lib: str, compiled: bool, args: argparse.Namespace) -> tuple[list,
         opt.step()
         opt.zero_grad()
         times.append(time.perf_counter() - t0)
-        losses.append(float(loss))
+        losses.append(loss.detach().item())
     if lib == "torch":
         _fresh_torch_caches()
     return losses, times

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any, Sequence
 
 import torch
@@ -94,6 +95,12 @@ class DTensor(torch.Tensor):
         spec, _binding, requires_grad = ctx
         spec = _traced_spec(spec, outer_size, outer_stride)
         return DTensor(inner["_local_tensor"], spec, requires_grad=requires_grad)
+
+    def _stable_hash_for_caching(self) -> str:
+        # AOTAutograd's cache key for this input: what the guard compares (Note [tracing
+        # DTensors]), so no rank and no other binding reuses an entry
+        key = repr((self._spec, _compile.binding(self._spec.mesh), self.requires_grad))
+        return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
     def __coerce_tangent_metadata__(self) -> DTensor:
         # Note [tangents] in dtensor.compile: a Partial gradient is only a promise of a sum

@@ -33,6 +33,7 @@ COMPILE_S = 600  # a rank may wait this long on the others' compiles (they hold 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo() -> Any:
     torch._dynamo.reset()  # caches are process-wide: start each test from none
+    counters.clear()
     yield
     torch._dynamo.reset()
 
