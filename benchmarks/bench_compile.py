@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import simpg  # noqa: E402
-from simpg.testing import torch_meshes_per_rank  # noqa: E402
+import simpg
+from simpg.testing import torch_meshes_per_rank
 
 LIBS = ("ours", "torch")
 
@@ -63,8 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _fresh_torch_caches() -> None:
     """torch's DTensor caches per thread and per process, keyed by meshes; simpg reuses
     threads across worlds (as in bench_training)."""
-    from torch.distributed.tensor._redistribute import (_gen_transform_infos,
-                                                        clear_redistribute_planner_cache)
+    from torch.distributed.tensor._redistribute import (
+        _gen_transform_infos,
+        clear_redistribute_planner_cache,
+    )
     from torch.distributed.tensor._sharding_prop import ShardingPropagator
     from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
@@ -82,8 +84,11 @@ def _parallelize(lib: str, args: argparse.Namespace) -> nn.Module:
         from dtensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     else:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                       parallelize_module)
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
     mesh = init_device_mesh("cpu", (args.tp,))
     return parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
 

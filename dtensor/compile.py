@@ -20,7 +20,8 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Partial, Replicate, Shard

@@ -9,8 +9,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _foreach_utils
 
-from dtensor import _autograd
-from dtensor import compile as _compile  # noqa: F401  (Note [the mesh in a graph])
+from dtensor import _autograd, compile as _compile
 from dtensor.dispatch import dispatch
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh

@@ -14,8 +14,16 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
 
-from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
-from dtensor import comm, comm_functional
+from dtensor import (
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+    comm,
+    comm_functional,
+    distribute_tensor,
+    init_device_mesh,
+)
 from dtensor.compile import DynamicShapeError
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
