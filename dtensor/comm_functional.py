@@ -35,7 +35,14 @@ Caps = Callable[[dist.ProcessGroup], Any]  # dtensor.comm.capabilities
 
 def tracing(t: torch.Tensor) -> bool:
     """Whether collectives on ``t`` are being traced rather than run: ``t`` is fake or
-    functional, or a tracer (make_fx, AOTAutograd) is recording."""
+    functional, or a tracer (make_fx, AOTAutograd) is recording.
+
+    >>> from torch._subclasses.fake_tensor import FakeTensorMode
+    >>> with FakeTensorMode():
+    ...     fake = torch.ones(2)
+    >>> tracing(torch.ones(2)), tracing(fake)
+    (False, True)
+    """
     return (isinstance(t, (FakeTensor, FunctionalTensor))
             or torch._C._get_dispatch_mode(_PROXY) is not None
             or torch.compiler.is_compiling())

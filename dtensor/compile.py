@@ -30,7 +30,13 @@ from dtensor.spec import DTensorSpec
 
 def binding(mesh: DeviceMesh) -> tuple:
     """What a graph traced on ``mesh`` bakes in beyond the mesh's description: this rank's
-    coordinate and the names of its groups (Note [tracing DTensors]). Cached on the mesh."""
+    coordinate and the names of its groups (Note [tracing DTensors]). Cached on the mesh.
+
+    >>> import simpg
+    >>> from dtensor import init_device_mesh
+    >>> simpg.run(lambda: binding(init_device_mesh("cpu", (2,)))[0], 2)
+    [(0,), (1,)]
+    """
     found = mesh.__dict__.get("_traced_binding")
     if found is None:
         names = tuple(g.group_name if g is not None else None for g in mesh._dim_groups)
