@@ -97,14 +97,16 @@ def time_loop(call: Callable[[], Any], calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def rank_body(shapes: Sequence[tuple[int, int]], quick: bool) -> Timings:
+def rank_body(shapes: Sequence[tuple[int, int]], quick: bool,
+              repeat: tuple[int, int] | None = None) -> Timings:
+    """Every case on this rank; ``repeat`` (calls per round, rounds) overrides the counts."""
     n = dist.get_world_size()
     meshes = {"ours": dtensor.init_device_mesh("cpu", (n,)),
               "torch": torch_init_device_mesh("cpu", (n,))}
     best: Timings = {}
     for shape in shapes:
         full = full_tensor_for(shape)
-        calls, rounds = iterations(n, shape, quick)
+        calls, rounds = repeat or iterations(n, shape, quick)
         for src, dst in CASES:
             fns = {}
             for lib in LIBS:
@@ -119,9 +121,10 @@ def rank_body(shapes: Sequence[tuple[int, int]], quick: bool) -> Timings:
     return {k: v * 1e6 for k, v in best.items()}
 
 
-def measure(world_size: int, shapes: Sequence[tuple[int, int]], quick: bool) -> Timings:
+def measure(world_size: int, shapes: Sequence[tuple[int, int]], quick: bool,
+            repeat: tuple[int, int] | None = None) -> Timings:
     with torch_meshes_per_rank():
-        return simpg.run(rank_body, world_size, shapes, quick, timeout=600)[0]
+        return simpg.run(rank_body, world_size, shapes, quick, repeat, timeout=600)[0]
 
 
 def report(by_size: dict[int, Timings], shapes: Sequence[tuple[int, int]]) -> None:

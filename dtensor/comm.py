@@ -266,7 +266,7 @@ def all_gather_cat(tensor, shapes, dim, group, *, async_op=False):  # noqa: E302
     """
     shapes = _check_shapes("all_gather", tensor, shapes, group)
     first = shapes[0]
-    even = all(s == first for s in shapes)
+    even = _all_equal(shapes)
     if not even and any(s[:dim] + s[dim + 1:] != first[:dim] + first[dim + 1:] for s in shapes):
         raise ValueError(f"all_gather_cat along dim {dim}: shapes {shapes} differ in another dim")
     if _comm_log.get():  # Note [recording collectives] in dtensor/debug_comm.py
@@ -276,18 +276,20 @@ def all_gather_cat(tensor, shapes, dim, group, *, async_op=False):  # noqa: E302
         outs = [x.new_empty(s) for s in shapes]
         work = dist.all_gather(outs, x, group=group, async_op=True)
         return _result(Handle([work], lambda: torch.cat(outs, dim)), async_op)
-    n, width = len(shapes), max(s[dim] for s in shapes)
+    n, width = len(shapes), _widest(shapes, dim)
     if not even:  # pad along dim: chunk-like pieces then lie where they belong, at i * width
         padded = x.new_zeros(first[:dim] + (width,) + first[dim + 1:])
         padded.narrow(dim, 0, x.shape[dim]).copy_(x)
         x = padded
-    buf = x.new_empty((n, *x.shape))
-    work = dist.all_gather_single(buf, x, group=group, async_op=True)
+    # shaped as the inputs stacked along dim 0, which gloo requires; viewed per rank after
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    work = dist.all_gather_single(out, x, group=group, async_op=True)
+    buf = out.view((n, *x.shape))
     joined = first[:dim] + (n * width,) + first[dim + 1:]
 
     def finish() -> torch.Tensor:
         if even:  # a view for dim 0, one copy otherwise
-            return buf.movedim(0, dim).reshape(joined)
+            return buf.view(joined) if dim == 0 else buf.movedim(0, dim).reshape(joined)
         sizes = [s[dim] for s in shapes]
         total = sum(sizes)
         if dim == 0 and sizes == _chunk_sizes(total, width, n):
@@ -402,9 +404,9 @@ def _reduce_op(op: str, tensor: torch.Tensor, group: dist.ProcessGroup) -> tuple
 
 
 def _check_shapes(what: str, tensor: torch.Tensor, shapes: Sequence[Sequence[int]],
-                  group: dist.ProcessGroup) -> list[tuple[int, ...]]:
+                  group: dist.ProcessGroup) -> tuple[tuple[int, ...], ...]:
     n, me = dist.get_world_size(group), dist.get_rank(group)
-    out = [tuple(int(d) for d in s) for s in shapes]
+    out = _normalized_shapes(shapes)
     if len(out) != n:
         raise ValueError(f"{what}: got {len(out)} shapes, expected {n} (one per rank of the "
                          f"group)")
@@ -412,6 +414,32 @@ def _check_shapes(what: str, tensor: torch.Tensor, shapes: Sequence[Sequence[int
         raise ValueError(f"{what}: this rank (group rank {me}) holds shape "
                          f"{tuple(tensor.shape)} but shapes[{me}] is {out[me]}")
     return out
+
+
+def _normalized_shapes(shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    # A caller passing the same tuple each call (redistribute's layouts are cached) pays a
+    # lookup, not n conversions: at 64 ranks those were most of a gather's Python time.
+    if isinstance(shapes, tuple):
+        try:
+            return _normalized_tuple(shapes)
+        except TypeError:  # unhashable entries (lists)
+            pass
+    return tuple(tuple(int(d) for d in s) for s in shapes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _normalized_tuple(shapes: tuple) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(d) for d in s) for s in shapes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _all_equal(items: tuple) -> bool:
+    return all(x == items[0] for x in items)
+
+
+@functools.lru_cache(maxsize=1024)
+def _widest(shapes: tuple[tuple[int, ...], ...], dim: int) -> int:
+    return max(s[dim] for s in shapes)
 
 
 # ---------------------------------------------------------------------------------------------
