@@ -4,16 +4,20 @@ each simulated rank runs a graph traced for its own coordinate."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from gloo_runner import run_program_on_gloo
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
 
+import simpg
 from dtensor import (
     DTensor,
     Partial,
@@ -211,3 +215,23 @@ def test_partial_tangent_is_coerced_to_replicate() -> None:
     moved = r.__coerce_same_metadata_as_tangent__(ctx)
     assert moved.placements == (Partial(),) and moved.full_tensor().tolist() == [1.0] * 4
     assert r.__coerce_same_metadata_as_tangent__(ctx, expected_type=torch.Tensor) is None
+
+
+# -- the same compiled program on real gloo processes ------------------------------------------
+PROGRAM = Path(__file__).parent / "programs" / "compile_program.py"
+
+
+@pytest.mark.gloo
+def test_compiled_program_on_gloo_matches_simpg(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("compile_program", PROGRAM)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    on_simpg = simpg.run(module.program, 2, timeout=COMPILE_S)
+    on_gloo = run_program_on_gloo(PROGRAM, 2, tmp_path, timeout_s=COMPILE_S)
+    for rank, (sim, real) in enumerate(zip(on_simpg, on_gloo)):
+        for what in ("loss", "grad", "slice"):
+            assert torch.equal(sim[f"compiled {what}"], sim[f"eager {what}"]), (rank, what)
+            assert torch.equal(real[f"compiled {what}"], real[f"eager {what}"]), (rank, what)
+            assert torch.equal(real[f"compiled {what}"], sim[f"compiled {what}"]), (rank, what)
+    x_full = torch.arange(35, dtype=torch.float64).reshape(7, 5) % 7
+    assert torch.equal(on_gloo[1]["compiled slice"], x_full[4:])  # rows 4, 3 over 2 ranks

@@ -1,0 +1,60 @@
+"""A compiled dtensor program, run unchanged on simpg and on real gloo processes (2 ranks).
+
+Each rank runs the same functions eagerly and compiled (aot_eager) and returns both, so the
+test can check compiled == eager on each backend and the two backends against each other.
+Integer-valued float64 data: results must agree bit for bit.
+
+    python tests/programs/compile_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dtensor import DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
+
+TIMEOUT = timedelta(seconds=300)
+
+
+def program() -> dict[str, torch.Tensor]:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    x_full = torch.arange(35, dtype=torch.float64).reshape(7, 5) % 7
+    w_full = torch.arange(15, dtype=torch.float64).reshape(5, 3) % 4
+
+    def loss_fn(x: DTensor, w: DTensor) -> DTensor:  # S(1) @ S(0): Partial, all_reduce
+        return (x @ w).redistribute(mesh, [Replicate()]).pow(2).sum()
+
+    def slice_fn(x: torch.Tensor) -> torch.Tensor:  # R -> S(0): uneven local slices
+        return DTensor.from_local(x, mesh, [Replicate()]).redistribute(mesh, [Shard(0)]).to_local()
+
+    out = {}
+    for name, compiled in (("eager", False), ("compiled", True)):
+        f = torch.compile(loss_fn, backend="aot_eager", dynamic=False) if compiled else loss_fn
+        g = torch.compile(slice_fn, backend="aot_eager", dynamic=False) if compiled else slice_fn
+        w = distribute_tensor(w_full, mesh, [Shard(0)]).requires_grad_()
+        loss = f(distribute_tensor(x_full, mesh, [Shard(1)]), w)
+        loss.backward()
+        out[f"{name} loss"] = loss.to_local().detach()
+        out[f"{name} grad"] = w.grad.full_tensor()
+        out[f"{name} slice"] = g(x_full)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    rank, world_size, port, out_path = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                            timeout=TIMEOUT)
+    try:
+        torch.save(program(), out_path)
+        dist.barrier()  # nobody tears down gloo while a peer still connects
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
