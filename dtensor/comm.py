@@ -333,6 +333,7 @@ def reduce_scatter_cat(tensor, sizes, dim, group, op="sum", *,  # noqa: E302
     # piece i becomes block i of one buffer: a view for dim 0, one copy otherwise
     inp = tensor.unflatten(dim, (n, sizes[0])).movedim(dim, 0).contiguous()
     out = tensor.new_empty(mine)
+    inp = inp.view((n * mine[0], *mine[1:]))  # stacked along dim 0, as gloo requires
     work = dist.reduce_scatter_single(out, inp, op=c10d_op, group=group, async_op=True)
     return _result(Handle([work], lambda: out.div_(divide) if divide else out), async_op)
 
