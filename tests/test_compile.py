@@ -119,6 +119,26 @@ def test_backward_matches_eager(backend: str) -> None:
     torch.testing.assert_close(results[1], results[0])
 
 
+@pytest.mark.world(4, timeout=COMPILE_S)
+def test_two_d_mesh_all_to_all_and_backward() -> None:
+    # uneven pieces of a 7 x 5 tensor on a 2 x 2 mesh; (S(0), S(1)) -> (S(1), S(0)) is an
+    # all_to_all per group, each rank's offsets its own
+    mesh = init_device_mesh("cpu", (2, 2))
+    full = torch.arange(35.0).reshape(7, 5)
+
+    def fn(x: DTensor, w: DTensor) -> DTensor:
+        y = (x * 2).redistribute(mesh, [Shard(1), Shard(0)])
+        return (y.redistribute(mesh, [Replicate(), Replicate()]) * w).sum()
+
+    results = []
+    for f in (fn, _compile(fn, "aot_eager")):
+        w = distribute_tensor(torch.ones(7, 5), mesh, [Replicate(), Shard(0)]).requires_grad_()
+        loss = f(distribute_tensor(full, mesh, [Shard(0), Shard(1)]), w)
+        loss.backward()
+        results.append((loss.full_tensor(), w.grad.to_local()))
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+
+
 @pytest.mark.world(3, timeout=COMPILE_S)
 def test_each_rank_runs_its_own_graph() -> None:
     # Note [the mesh in a graph]: one code object, three ranks in one process, a mesh from a
