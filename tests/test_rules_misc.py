@@ -221,10 +221,11 @@ def test_dropout_on_sharded_input_matches_single_device():
         assert torch.equal(dx.grad.full_tensor(), ref_x.grad)
         torch.manual_seed(3)
         with fallback_policy("error"):
-            d, mask = aten.native_dropout(dx.detach(), 0.5, True)  # Replicate only
+            d, mask = aten.native_dropout(dx.detach(), 0.5, True)  # keeps the layout
         torch.manual_seed(3)
         ref_d, ref_mask = aten.native_dropout(x, 0.5, True)
-        assert d.placements == (Replicate(), Replicate())
+        # Note [sharded random ops]: the whole mask drawn on every rank, each keeps its piece
+        assert d.placements == mask.placements == (Shard(0), Shard(1))
         assert torch.equal(d.full_tensor(), ref_d) and torch.equal(mask.full_tensor(), ref_mask)
 
     _world((2, 2), body)
