@@ -4,6 +4,12 @@ import os
 
 from hypothesis import HealthCheck, Verbosity, settings
 
+# torch.testing._internal.common_utils (imported by op_db) registers its own "dev"/"debug"
+# profiles and loads one on import: 10 or 50 draws with every phase, shrinking and the
+# tracing explain phase included, which made opdb explorations spin for minutes mid-run.
+# Import it first, so that the profiles below are the ones that stay loaded.
+import torch.testing._internal.common_utils  # noqa: F401,E402
+
 # tests run many tiny worlds: one intra-op thread per process keeps 2 cores for pytest -n auto
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
