@@ -1,0 +1,42 @@
+"""Whole-graph sharding: annotate a few values, infer the rest, run it as an SPMD program.
+
+>>> import torch
+>>> from dtensor import Shard, Replicate
+>>> from dtensor.graph import ShardSpec, capture, infer
+>>> model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+>>> g = capture(model, torch.randn(4, 8))
+>>> plan = infer(g, (2,), {"input0": ShardSpec([Shard(0)])})
+>>> plan.total_bytes, plan.placements("input0")
+(0, (Shard(dim=0),))
+
+Then, on every rank: ``dtensor.graph.run(plan, mesh, *full_inputs)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dtensor.graph.annotate import ShardSpec, shard_hint
+from dtensor.graph.capture import CapturedGraph, capture, capture_fn, capture_train_step
+from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
+from dtensor.graph.expand import ExpansionError, run
+from dtensor.graph.infer import Solution, solve
+from dtensor.graph.problem import Problem
+from dtensor.graph.show import Reshard, ShardingPlan
+
+
+def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
+          annotations: dict[str, ShardSpec] | None = None, *,
+          method: str = "auto") -> ShardingPlan:
+    """Placements for every value of ``graph`` on a mesh of ``mesh_shape``, given
+    ``annotations`` (value name -> ShardSpec) and the ``shard_hint`` calls in the graph.
+    ``method``: "auto", "exact", "heuristic" or "greedy" (Note [graph sharding search])."""
+    problem = Problem(graph, mesh_shape, annotations)
+    return ShardingPlan(problem, solve(problem, method=method))
+
+
+__all__ = [
+    "AnnotationError", "CaptureError", "CapturedGraph", "ExpansionError", "GraphShardingError",
+    "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
+    "capture_train_step", "infer", "run", "shard_hint", "solve",
+]

@@ -1,0 +1,159 @@
+"""Capture a model's forward, or a whole training step, as an aten-level ``fx`` graph.
+
+``make_fx`` traces with fake tensors (shapes only, nothing computed) after functionalize has
+turned in-place ops into out-of-place ones, so every node is an aten overload the rule table
+(``dtensor.ops.registry.REGISTRY``) knows, every value is written once, and each node's
+``meta["val"]`` holds the shape, stride and dtype a rule needs. A training step traces
+``torch.autograd.grad`` too: the backward's aten ops become nodes of the same graph, and so
+does a plain SGD update when ``lr`` is given.
+
+Inputs are flat: parameters (by qualified name), then buffers, then the call's arguments
+(``input0``, ``input1``, ...; a training step's loss arguments follow as ``target0``, ...).
+
+>>> import torch
+>>> g = capture(torch.nn.Linear(4, 3), torch.randn(2, 4))
+>>> g.inputs, g.outputs
+(('weight', 'bias', 'input0'), ('output0',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+
+from dtensor.graph.annotate import capturing
+from dtensor.graph.errors import CaptureError
+
+
+@dataclass
+class CapturedGraph:
+    """An aten graph with names for its inputs and outputs.
+
+    ``ties[i] = name``: output ``i`` must end in the placements input ``name`` gets (a
+    gradient, or an updated parameter, laid out like its parameter)."""
+
+    gm: fx.GraphModule
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    ties: dict[int, str] = field(default_factory=dict)
+    kind: str = "forward"
+
+    def placeholders(self) -> list[fx.Node]:
+        return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+
+    def name_of(self, node: fx.Node) -> str:
+        """The readable name of a value: an input's name, else the node's."""
+        names = getattr(self, "_names", None)
+        if names is None:
+            names = {n: name for n, name in zip(self.placeholders(), self.inputs)}
+            self._names = names
+        return names.get(node, node.name)
+
+    def __call__(self, *flat: torch.Tensor) -> Any:
+        """Run the graph on one device (the reference the tests compare against)."""
+        return self.gm(*flat)
+
+
+def _trace(fn: Callable[..., Any], flat: Sequence[torch.Tensor]) -> fx.GraphModule:
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.func import functionalize
+
+    try:
+        with capturing():
+            gm = make_fx(fn, tracing_mode="fake")(*flat)
+        if any(_mutates(n) for n in gm.graph.nodes):
+            # again, out of place: the first trace ran autograd (functionalize's wrappers
+            # cannot require grad), this one sees only the aten graph
+            gm = make_fx(functionalize(gm, remove="mutations"),
+                         tracing_mode="fake")(*(t.detach() for t in flat))
+        return gm
+    except Exception as e:  # noqa: BLE001 - say what could not be captured, keep the cause
+        raise CaptureError(f"could not trace {getattr(fn, '__name__', fn)} into an aten graph: "
+                           f"{type(e).__name__}: {e}") from e
+
+
+def _mutates(node: fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def _state(model: torch.nn.Module) -> tuple[list[str], list[torch.Tensor], int]:
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    names = list(params) + list(buffers)
+    return names, list(params.values()) + list(buffers.values()), len(params)
+
+
+def capture(model: torch.nn.Module, *args: torch.Tensor) -> CapturedGraph:
+    """The forward of ``model`` on example ``args`` (only their shapes and dtypes matter)."""
+    from torch.func import functional_call
+
+    names, state, n_params = _state(model)
+    n_state = len(state)
+
+    def forward(*flat: torch.Tensor) -> Any:
+        tensors = dict(zip(names, flat[:n_state]))
+        return functional_call(model, tensors, tuple(flat[n_state:]))
+
+    gm = _trace(forward, state + list(args))
+    outs = _output_count(gm)
+    return CapturedGraph(gm, tuple(names) + tuple(f"input{i}" for i in range(len(args))),
+                         tuple(f"output{i}" for i in range(outs)))
+
+
+def capture_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
+                       args: Sequence[torch.Tensor], loss_args: Sequence[torch.Tensor] = (),
+                       *, lr: float | None = None) -> CapturedGraph:
+    """Forward, ``loss_fn(model(*args), *loss_args)``, backward, and with ``lr`` an SGD
+    update: outputs ``loss`` then one ``grad:<name>`` (or ``new:<name>``) per parameter,
+    each tied to its parameter's placements.
+
+    >>> import torch
+    >>> g = capture_train_step(torch.nn.Linear(4, 3), lambda y: y.sum(), [torch.randn(2, 4)])
+    >>> g.outputs, g.ties
+    (('loss', 'grad:weight', 'grad:bias'), {1: 'weight', 2: 'bias'})
+    """
+    from torch.func import functional_call
+
+    names, state, n_params = _state(model)
+    n_state, n_args = len(state), len(args)
+
+    def step(*flat: torch.Tensor) -> Any:
+        tensors = dict(zip(names, flat[:n_state]))
+        out = functional_call(model, tensors, tuple(flat[n_state:n_state + n_args]))
+        loss = loss_fn(out, *flat[n_state + n_args:])
+        params = list(flat[:n_params])
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+        if lr is None:
+            return (loss, *grads)
+        return (loss, *(p - lr * g for p, g in zip(params, grads)))
+
+    flat = [s.detach().requires_grad_(i < n_params) for i, s in enumerate(state)]
+    gm = _trace(step, flat + list(args) + list(loss_args))
+    prefix = "grad" if lr is None else "new"
+    inputs = (tuple(names) + tuple(f"input{i}" for i in range(n_args))
+              + tuple(f"target{i}" for i in range(len(loss_args))))
+    outputs = ("loss",) + tuple(f"{prefix}:{n}" for n in names[:n_params])
+    return CapturedGraph(gm, inputs, outputs, {i + 1: n for i, n in enumerate(names[:n_params])},
+                         kind="train_step")
+
+
+def capture_fn(fn: Callable[..., Any], *args: torch.Tensor,
+               names: Sequence[str] | None = None) -> CapturedGraph:
+    """Any function of tensors; inputs named by ``names`` (default ``input0``, ...)."""
+    names = tuple(names) if names is not None else tuple(f"input{i}" for i in range(len(args)))
+    if len(names) != len(args):
+        raise CaptureError(f"capture_fn: {len(names)} names {names} for {len(args)} inputs")
+    gm = _trace(fn, list(args))
+    return CapturedGraph(gm, names, tuple(f"output{i}" for i in range(_output_count(gm))))
+
+
+def _output_count(gm: fx.GraphModule) -> int:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    value = out.args[0]
+    return len(value) if isinstance(value, (tuple, list)) else 1
