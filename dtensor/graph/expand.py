@@ -32,8 +32,9 @@ class ExpansionError(GraphShardingError):
 def run(plan: ShardingPlan, mesh: DeviceMesh, *inputs: torch.Tensor,
         strict: bool = True) -> Any:
     """Run the planned graph on this rank; ``inputs`` are the full values (the same on every
-    rank), in the graph's input order. Returns the outputs as DTensors. ``strict``: raise if
-    an op's result is not in its planned placements (else it is moved there)."""
+    rank) or DTensors (moved, differentiably), in the graph's input order. Returns the
+    outputs as DTensors. ``strict``: raise if an op's result is not in its planned placements
+    (else it is moved there)."""
     graph = plan.graph
     if tuple(mesh.shape) != plan.mesh_shape:
         raise ExpansionError(f"plan made for mesh {plan.mesh_shape}, run on mesh "
@@ -45,8 +46,8 @@ def run(plan: ShardingPlan, mesh: DeviceMesh, *inputs: torch.Tensor,
     it = iter(inputs)
     with fallback_policy("silent"):  # ops without a rule were planned whole on purpose
         for node in graph.gm.graph.nodes:
-            if node.op == "placeholder":
-                env[node] = _local(next(it).detach(), mesh, plan.option(node).outputs[0])
+            if node.op == "placeholder":  # a DTensor input keeps its autograd history
+                env[node] = _move(next(it), mesh, plan.option(node).outputs[0])
             elif node.op == "get_attr":
                 env[node] = _local(getattr(graph.gm, node.target), mesh,
                                    plan.option(node).outputs[0])
@@ -98,7 +99,7 @@ def _move(x: Any, mesh: DeviceMesh, want: Sequence) -> Any:
     if isinstance(x, DTensor):
         return x if tuple(x.placements) == tuple(want) else x.redistribute(mesh, want)
     if isinstance(x, torch.Tensor):
-        return _local(x, mesh, want)
+        return _local(x.detach(), mesh, want)
     return x
 
 
