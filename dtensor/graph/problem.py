@@ -130,7 +130,8 @@ class Problem:
         cls = self._class_of(v)
         canon, itemsize = self._class_info[cls]
         self._cls.append(cls)
-        self._scale.append(math.prod(v.shape) * v.itemsize // (math.prod(canon) * itemsize))
+        self._scale.append(math.prod(v.shape) * v.itemsize // max(math.prod(canon), 1)
+                           if math.prod(canon) else 0)
         return v.id
 
     def _add(self, node: fx.Node, annotations: dict[Any, ShardSpec]) -> None:
@@ -263,19 +264,20 @@ class Problem:
                       tuple(self.pl_id(p) for p in o.outputs))
 
     def _class_of(self, v: Value) -> int:
-        """Note [even shapes scale]: a tensor whose every dim divides by the whole mesh's
-        size is cut evenly by any placements, so every step of every plan moves bytes
-        proportional to its numel and itemsize: one class per rank shares its plans, priced
-        on a canonical shape. Any other shape is its own class."""
+        """Note [even dims scale]: a dim whose size divides by the whole mesh's size is cut
+        at proportional places by any placements, so every step of every plan moves bytes
+        proportional to it (an all_reduce's total over a group is 2 (n - 1) times its
+        size, however it splits). Such dims are priced at size N (the mesh size) and the
+        bytes scaled; the other dims keep their size. Values that agree on the rest share
+        their plans."""
         n = math.prod(self.mesh_shape)
-        even = all(d % n == 0 and d > 0 for d in v.shape)
-        key = ("even", len(v.shape)) if even else (v.shape, v.itemsize)
+        canon = tuple(n if d % n == 0 and d > 0 else d for d in v.shape)
+        key = canon
         c = self._classes.get(key)
         if c is None:
             c = self._classes[key] = len(self._costs)
             self._costs.append({})
-            canon = (n,) * len(v.shape) if even else v.shape
-            self._class_info.append((canon, 1 if even else v.itemsize))
+            self._class_info.append((canon, 1))
         return c
 
     def bytes_ids(self, vid: int, a: int, b: int) -> float:

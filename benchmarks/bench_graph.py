@@ -1,0 +1,260 @@
+"""Whole-graph sharding (dtensor.graph) against eager propagation, the hand-written
+tensor-parallel plan and plain replication: bytes per training step on a 2x4 mesh.
+
+    .venv/bin/python benchmarks/bench_graph.py            # BERT-base widths, 2 layers; Llama "small", 2 layers
+    .venv/bin/python benchmarks/bench_graph.py --quick    # 1 layer each, shorter sequences
+    .venv/bin/python benchmarks/bench_graph.py --layers 12 --infer-only   # inference time only
+
+A step is forward, loss, backward, with each gradient ending laid out like its parameter
+(complete over the batch: as one device would have it). Only two values are annotated: the
+token ids, batch-sharded over mesh dim 0 (``[S(0),R]``), and the token embedding,
+vocabulary-sharded over mesh dim 1 (``[R,S(0)]``). Rows:
+
+- replicated: every other parameter Replicate (data parallel over dim 0), the rest inferred;
+- eager: our DTensors from the same annotations (other parameters Replicate), the model run
+  op by op, each op choosing its cheapest strategy as it comes (the runtime's propagation);
+  gradients then moved to their parameters' placements;
+- hand TP: ``tp_plan`` (tensor + sequence + loss parallel) over mesh dim 1 and ``replicate``
+  (gradient all-reduce) over mesh dim 0, each dim-0 rank its rows of the batch;
+- inferred: ``dtensor.graph.infer`` on the captured training step, run by
+  ``dtensor.graph.run``.
+
+Bytes are what simpg's trace records (bytes received, summed over all ranks, ring
+algorithms); for the graph rows the plan's own figure (the planner's) is printed next to
+them. "max rel. err" compares the loss and every gradient with one device. Inference time
+is capture excluded (Problem + search), on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `examples` is not an installed package: run from anywhere
+    sys.path.insert(0, str(ROOT))
+
+import dtensor  # noqa: E402
+import simpg  # noqa: E402
+from dtensor import Replicate, Shard  # noqa: E402
+from dtensor.graph import Problem, ShardSpec, ShardingPlan, capture_train_step, run, solve  # noqa: E402
+from examples.models import bert, llama  # noqa: E402
+
+MESH = (2, 4)
+R = Replicate()
+
+
+@dataclass
+class Case:
+    name: str
+    model: torch.nn.Module
+    loss_fn: Callable
+    embedding: str
+    tokens: torch.Tensor
+    targets: torch.Tensor
+
+
+def make_case(name: str, layers: int, seq: int, batch: int) -> Case:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    if name == "bert":  # BERT-base widths; a smaller vocabulary than BERT's 30522
+        cfg = bert.BertConfig(vocab_size=8192, dim=768, n_layers=layers, n_heads=12,
+                              ffn_hidden=3072, max_seq_len=seq)
+        model = bert.Bert(cfg)
+        tokens = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
+        inputs, labels = bert.mask_tokens(tokens, cfg, g)
+        return Case(name, model, bert.mlm_loss, "embeddings.tok.weight", inputs, labels)
+    cfg = llama.config("small", n_layers=layers, max_seq_len=seq)
+    model = llama.Llama(cfg)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=g)
+    return Case(name, model, llama.loss_fn, "tok_embeddings.weight", tokens[:, :-1],
+                tokens[:, 1:].contiguous())
+
+
+def annotations(case: Case) -> dict[str, ShardSpec]:
+    return {"input0": ShardSpec([Shard(0), R]), case.embedding: ShardSpec([R, Shard(0)])}
+
+
+def flat_inputs(case: Case) -> list[torch.Tensor]:
+    state = list(case.model.parameters()) + list(case.model.buffers())
+    return [t.detach() for t in state] + [case.tokens, case.targets]
+
+
+# -- graph rows ------------------------------------------------------------------------------------
+def graph_plans(case: Case) -> tuple[Any, dict[str, ShardingPlan], float]:
+    graph = capture_train_step(case.model, case.loss_fn, [case.tokens], [case.targets])
+    start = time.perf_counter()
+    problem = Problem(graph, MESH, annotations(case))
+    inferred = ShardingPlan(problem, solve(problem, method="heuristic"))
+    seconds = time.perf_counter() - start
+    fixed = annotations(case) | {n: ShardSpec([R, R]) for n, _ in case.model.named_parameters()
+                                 if n != case.embedding}
+    rep_problem = Problem(graph, MESH, fixed)
+    replicated = ShardingPlan(rep_problem, solve(rep_problem, method="heuristic"))
+    return graph, {"replicated": replicated, "inferred": inferred}, seconds
+
+
+def run_plan(plan: ShardingPlan, flat: list[torch.Tensor]) -> tuple[int, list[torch.Tensor]]:
+    def body():
+        mesh = dtensor.init_device_mesh("cpu", MESH)
+        with simpg.trace() as t:
+            outs = run(plan, mesh, *flat)
+        return _mine(t.records), [o.full_tensor() for o in outs]
+
+    results = simpg.run(body, math.prod(MESH), timeout=600)
+    return sum(b for b, _ in results), results[0][1]
+
+
+def _mine(records) -> int:
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    return sum(r.bytes_received[r.ranks.index(rank)] for r in records)
+
+
+# -- eager row -------------------------------------------------------------------------------------
+def run_eager(case: Case) -> tuple[int, list[torch.Tensor]]:
+    from torch.func import functional_call
+
+    def body():
+        import copy
+
+        mesh = dtensor.init_device_mesh("cpu", MESH)
+        specs = annotations(case)
+        model = copy.deepcopy(case.model)  # functional_call swaps a module's tensors in place
+        state = {}
+        for n, p in list(model.named_parameters()) + list(model.named_buffers()):
+            pl = specs[n].placements if n in specs else (R, R)
+            t = dtensor.distribute_tensor(p.detach(), mesh, pl, src_data_rank=None)
+            state[n] = t.requires_grad_() if p.requires_grad else t
+        tokens = dtensor.distribute_tensor(case.tokens, mesh, [Shard(0), R], src_data_rank=None)
+        targets = dtensor.distribute_tensor(case.targets, mesh, [Shard(0), R],
+                                            src_data_rank=None)
+        params = [t for n, t in state.items() if t.requires_grad]
+        with simpg.trace() as t:
+            loss = case.loss_fn(functional_call(model, state, (tokens,)), targets)
+            loss = loss.redistribute(mesh, [R, R])
+            loss.to_local().backward()
+            grads = [p.grad.redistribute(mesh, p.placements) for p in params]
+        return _mine(t.records), [loss.full_tensor()] + [g.full_tensor() for g in grads]
+
+    results = simpg.run(body, math.prod(MESH), timeout=600)
+    return sum(b for b, _ in results), results[0][1]
+
+
+# -- hand-written plan -----------------------------------------------------------------------------
+def run_hand(case: Case) -> tuple[int, list[torch.Tensor]]:
+    from dtensor.parallel import loss_parallel, parallelize_module, replicate
+
+    models = {"bert": bert, "llama": llama}
+
+    def body():
+        import copy
+
+        import torch.distributed as dist
+
+        mesh = dtensor.init_device_mesh("cpu", MESH, mesh_dim_names=("dp", "tp"))
+        model = copy.deepcopy(case.model)
+        parallelize_module(model, mesh["tp"], models[case.name].tp_plan(model.config),
+                           src_data_rank=None)
+        replicate(model, mesh["dp"])
+        dp, n = mesh.get_local_rank("dp"), MESH[0]
+        rows = slice(dp * case.tokens.shape[0] // n, (dp + 1) * case.tokens.shape[0] // n)
+        with simpg.trace() as t:
+            with loss_parallel():
+                loss = case.loss_fn(model(case.tokens[rows]), case.targets[rows])
+                loss.backward()
+        loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+        loss = loss.detach().reshape(1)
+        dist.all_reduce(loss, group=mesh.get_group("dp"))
+        grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                 for p in model.parameters()]
+        return _mine(t.records), [loss[0] / n] + grads
+
+    results = simpg.run(body, math.prod(MESH), timeout=600)
+    return sum(b for b, _ in results), results[0][1]
+
+
+# -- table -----------------------------------------------------------------------------------------
+def max_rel_err(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    worst = 0.0
+    for a, b in zip(got, want, strict=True):
+        a, b = a.detach().double(), b.detach().double()
+        # a floor: some gradients are exactly 0 in exact arithmetic (a key bias under
+        # softmax) and only rounding noise on one device
+        worst = max(worst, float((a - b).abs().max() / (b.abs().max() + 1e-6)))
+    return worst
+
+
+def bench(case: Case) -> list[tuple[str, int, str, float]]:
+    graph, plans, seconds = graph_plans(case)
+    flat = flat_inputs(case)
+    reference = list(graph(*flat))
+    rows = []
+    for label, plan in (("replicated", plans["replicated"]),):
+        got, outs = run_plan(plan, flat)
+        rows.append((label, got, f"plan {plan.total_bytes}", max_rel_err(outs, reference)))
+    got, outs = run_eager(case)
+    rows.append(("eager propagation", got, "", max_rel_err(outs, reference)))
+    got, outs = run_hand(case)
+    rows.append(("hand TP (tp_plan + replicate)", got, "", max_rel_err(outs, reference)))
+    plan = plans["inferred"]
+    got, outs = run_plan(plan, flat)
+    rows.append(("inferred", got, f"plan {plan.total_bytes}, inference {seconds:.1f} s",
+                 max_rel_err(outs, reference)))
+    return rows
+
+
+def infer_time(name: str, layers: int, seq: int, batch: int) -> tuple[float, float, int]:
+    case = make_case(name, layers, seq, batch)
+    start = time.perf_counter()
+    graph = capture_train_step(case.model, case.loss_fn, [case.tokens], [case.targets])
+    captured = time.perf_counter() - start
+    start = time.perf_counter()
+    problem = Problem(graph, MESH, annotations(case))
+    solve(problem, method="heuristic")
+    return captured, time.perf_counter() - start, len(graph.gm.graph.nodes)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="1 layer, sequences of 16")
+    p.add_argument("--layers", type=int, help="layers per model (default 2; 1 quick)")
+    p.add_argument("--seq", type=int, help="tokens per sequence (default 32; 16 quick)")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--models", default="bert,llama")
+    p.add_argument("--infer-only", action="store_true",
+                   help="only time capture and inference (e.g. --layers 12)")
+    args = p.parse_args(argv)
+    layers = args.layers or (1 if args.quick else 2)
+    seq = args.seq or (16 if args.quick else 32)
+    logging.getLogger("torch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    print(f"# dtensor.graph: bytes per training step on mesh {MESH}, {layers} layer(s), "
+          f"batch {args.batch} x {seq} tokens")
+    print(f"`{' '.join(['python'] + sys.argv)}`")
+    for name in args.models.split(","):
+        if args.infer_only:
+            cap, inf, nodes = infer_time(name, layers, seq, args.batch)
+            print(f"{name}: {nodes} graph nodes, capture {cap:.1f} s, inference {inf:.1f} s")
+            continue
+        print(f"\n## {name}\n")
+        print("| configuration | bytes/step (simpg) | notes | max rel. err vs 1 device |")
+        print("|---|---:|---|---:|")
+        for label, got, note, err in bench(make_case(name, layers, seq, args.batch)):
+            print(f"| {label} | {got:,} | {note} | {err:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
