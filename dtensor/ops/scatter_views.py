@@ -1,0 +1,149 @@
+"""Copying views and their scatters: view_copy, narrow_copy, unfold/unfold_copy (and
+unfold_backward), rot90, select_scatter, slice_scatter.
+
+Each output element is one input element moved (or, in a scatter, one element of ``self`` or
+of ``src``), so every dim the op does not move elements along comes through whole: sharded
+alike in every tensor input, each rank computes its own chunk of the output (uneven and empty
+pieces included). Along a dim the op cuts, windows, rotates or writes into, a chunk of the
+output is not the op of a chunk: that dim stays Replicate.
+
+Partials follow Note [moves keep every Partial] (``_common``): P(sum)/P(avg)/P(max)/P(min)
+pass through a move; a scatter takes each element from ``self`` or ``src``, so both the same
+Partial pass jointly. unfold_backward adds overlapping windows: linear only (P(sum)/P(avg)).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from dtensor.ops._common import LINEAR, MOVES, dim_of, partials_of
+from dtensor.ops.registry import Box, OpSpec, Strategy, local_function, sharding_rule
+from dtensor.ops.views import view_shards
+from dtensor.placements import Partial, Replicate, Shard
+
+aten = torch.ops.aten
+R = Replicate()
+
+
+def _moves(op: OpSpec, pairs: Sequence[tuple[Sequence[int], int]],
+           kinds: Sequence[Partial] = MOVES, local: str | None = None) -> list[Strategy]:
+    """R; for each (input dims, output dim): input k Shard(dims[k]) -> Shard(output dim);
+    each of ``kinds`` (that the first tensor's dtype holds) on every input jointly."""
+    n = len(op.tensors())
+    found = [Strategy((R,) * n, (R,), local)]
+    found += [Strategy(tuple(Shard(i) for i in ins), (Shard(o),), local) for ins, o in pairs]
+    found += [Strategy((p,) * n, (p,), local) for p in partials_of(op.tensors()[0], kinds)]
+    return found
+
+
+def _whole_range(start: Any, end: Any, step: Any, size: int) -> bool:
+    """A slice [start:end:step] of a dim of ``size`` that is all of it."""
+    return start in (None, 0) and (end is None or end >= size) and step in (None, 1)
+
+
+# -- copies of views --------------------------------------------------------------------------
+@sharding_rule(aten.narrow_copy.default)
+def narrow_copy(op: OpSpec) -> list[Strategy]:
+    """``x.narrow(dim, start, length).clone()``: ``dim`` is cut in global coordinates, so it
+    shards only when the narrow keeps all of it."""
+    t = op.tensors()[0]
+    dim = dim_of(op.arg(1, "dim"), t.ndim)
+    start, length = op.arg(2, "start"), op.arg(3, "length")
+    keep = t.ndim and _whole_range(start, start + length, 1, t.shape[dim])
+    return _moves(op, [((d,), d) for d in range(t.ndim) if d != dim or keep])
+
+
+@sharding_rule(aten.view_copy.default)
+def view_copy(op: OpSpec) -> list[Strategy]:
+    """``x.view(size).clone()``: the dims a Shard passes through as for ``view`` (Note [view
+    shards] in views), each rank reshaping its piece to its output piece's shape (Note
+    [global size arguments]) and copying it (local function)."""
+    t = op.tensors()[0]
+    sizes = list(op.arg(1, "size"))
+    numel = math.prod(t.shape)
+    if -1 in sizes:
+        rest = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = numel // rest if rest else 0
+    parts = math.prod(op.mesh_shape[:op.mesh_dim + 1])
+    pairs = [((i,), o) for i, o in view_shards(t.shape, sizes, parts)]
+    return _moves(op, pairs, local=_VIEW_COPY)
+
+
+_VIEW_COPY = "view_copy_piece"
+
+
+@local_function(_VIEW_COPY)
+def _view_copy_piece(func: Any, args: tuple, kwargs: dict, boxes: Sequence[Box | None]) -> Any:
+    x = args[0]
+    size = args[1] if len(args) > 1 else kwargs["size"]
+    # the piece's strides are its own (Note [a piece's own strides] in views): reshape, copy
+    return x.reshape(size).clone(memory_format=torch.contiguous_format)
+
+
+@sharding_rule(aten.view_copy.dtype)
+def view_copy_dtype(op: OpSpec) -> list[Strategy]:
+    """Bits reinterpreted as another dtype: the same itemsize keeps every dim; another one
+    regroups the last dim's bytes, so the last dim stays whole. Reinterpreted bits are not
+    addends of anything: no Partial."""
+    t = op.tensors()[0]
+    new = op.arg(1, "dtype")
+    same = torch.empty((), dtype=new).element_size() == torch.empty((), dtype=t.dtype).element_size()
+    dims = range(t.ndim if same else max(t.ndim - 1, 0))
+    return [Strategy((R,), (R,))] + [Strategy((Shard(d),), (Shard(d),)) for d in dims]
+
+
+@sharding_rule(aten.unfold.default, aten.unfold_copy.default)
+def unfold(op: OpSpec) -> list[Strategy]:
+    """``unfold(x, dim, size, step)``: windows of ``size`` every ``step`` along ``dim`` (which
+    becomes the window count, the window a new last dim). A window may span two chunks:
+    ``dim`` stays whole; every other dim keeps its position and pieces."""
+    t = op.tensors()[0]
+    dim = dim_of(op.arg(1, "dimension"), t.ndim)
+    return _moves(op, [((d,), d) for d in range(t.ndim) if d != dim])
+
+
+@sharding_rule(aten.unfold_backward.default)
+def unfold_backward(op: OpSpec) -> list[Strategy]:
+    """``(grad_in, input_sizes, dim, size, step)``: the windows' gradients added back where
+    they came from along ``dim`` (whole); other dims keep their pieces, each rank's output
+    sized by its piece (Note [global size arguments]). Overlapping windows add: linear in
+    grad_in, not max-preserving."""
+    n = len(op.arg(1, "input_sizes"))
+    dim = dim_of(op.arg(2, "dim"), n)
+    return _moves(op, [((d,), d) for d in range(n) if d != dim], LINEAR)
+
+
+@sharding_rule(aten.rot90.default)
+def rot90(op: OpSpec) -> list[Strategy]:
+    """``rot90(x, k, dims)``: k = 0 (mod 4) is a copy, every dim shards; otherwise the two
+    dims are flipped (and swapped for odd k), so both stay whole and the others keep their
+    pieces."""
+    t = op.tensors()[0]
+    k = op.arg(1, "k", 1) % 4
+    plane = {dim_of(d, t.ndim) for d in op.arg(2, "dims", (0, 1))}
+    return _moves(op, [((d,), d) for d in range(t.ndim) if k == 0 or d not in plane])
+
+
+# -- scatters into a view ---------------------------------------------------------------------
+@sharding_rule(aten.select_scatter.default)
+def select_scatter(op: OpSpec) -> list[Strategy]:
+    """``(self, src, dim, index)``: self with ``self.select(dim, index) = src``. ``dim`` is
+    written at a global index (whole); every other dim of self pairs with src's."""
+    x, src = op.tensors()
+    dim = dim_of(op.arg(2, "dim"), x.ndim)
+    return _moves(op, [((d, d - (d > dim)), d) for d in range(x.ndim) if d != dim])
+
+
+@sharding_rule(aten.slice_scatter.default)
+def slice_scatter(op: OpSpec) -> list[Strategy]:
+    """``(self, src, dim, start, end, step)``: self with ``self[start:end:step] = src`` along
+    ``dim``. The range is global, so ``dim`` is whole unless it covers all of it (then src has
+    self's shape and each rank writes its own rows); other dims pair up."""
+    x, src = op.tensors()
+    dim = dim_of(op.arg(2, "dim", 0), x.ndim)
+    keep = x.ndim and _whole_range(op.arg(3, "start"), op.arg(4, "end"), op.arg(5, "step", 1),
+                                   x.shape[dim])
+    return _moves(op, [((d, d), d) for d in range(x.ndim) if d != dim or keep])
