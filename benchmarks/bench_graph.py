@@ -1,7 +1,7 @@
 """Whole-graph sharding (dtensor.graph) against eager propagation, the hand-written
 tensor-parallel plan and plain replication: bytes per training step on a 2x4 mesh.
 
-    .venv/bin/python benchmarks/bench_graph.py            # BERT-base widths, 2 layers; Llama "small", 2 layers
+    .venv/bin/python benchmarks/bench_graph.py            # 2 layers each
     .venv/bin/python benchmarks/bench_graph.py --quick    # 1 layer each, shorter sequences
     .venv/bin/python benchmarks/bench_graph.py --layers 12 --infer-only   # inference time only
 

@@ -31,6 +31,7 @@ from dtensor.graph.problem import Problem, Unit
 from dtensor.placements import Partial
 
 EPS = 1e-9
+AUTO_EXACT_UNITS = 16  # "auto" proves optimality up to this many units with a choice
 
 
 @dataclass
@@ -58,7 +59,7 @@ def solve(problem: Problem, *, method: str = "auto", node_budget: int = 20_000,
     cost = problem.cost(choice)
     sol = Solution(choice, cost, False, method if method != "auto" else "heuristic")
     free = [u for u in problem.units if len(u.options) > 1]
-    if method == "exact" or (method == "auto" and len(free) <= 40):
+    if method == "exact" or (method == "auto" and len(free) <= AUTO_EXACT_UNITS):
         exact = branch_and_bound(problem, choice, cost, node_budget)
         if exact is not None:
             best, best_cost, proven = exact
