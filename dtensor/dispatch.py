@@ -367,6 +367,8 @@ def _fits_fast_path(plan: _Plan, tensors: list, args: tuple, DTensor: type) -> b
     d = plan.decision
     if plan.inplace_view or plan.decompose is not None:
         return False
+    if not plan.out_specs:  # item(): a Python number, no tensor to wrap (the fast path wraps)
+        return False
     sources = _return_sources(d.op.op)
     if plan.in_place and not (len(sources) == 1 and sources[0] is not None
                               and sources[0][0] < len(args)
