@@ -47,13 +47,11 @@ def _whole_range(start: Any, end: Any, step: Any, size: int) -> bool:
 # -- copies of views --------------------------------------------------------------------------
 @sharding_rule(aten.narrow_copy.default)
 def narrow_copy(op: OpSpec) -> list[Strategy]:
-    """``x.narrow(dim, start, length).clone()``: ``dim`` is cut in global coordinates, so it
-    shards only when the narrow keeps all of it."""
+    """``x.narrow(dim, start, length).clone()``: ``dim`` is cut in global coordinates (even a
+    narrow of all of it names a global length, longer than a piece), so it stays whole."""
     t = op.tensors()[0]
     dim = dim_of(op.arg(1, "dim"), t.ndim)
-    start, length = op.arg(2, "start"), op.arg(3, "length")
-    keep = t.ndim and _whole_range(start, start + length, 1, t.shape[dim])
-    return _moves(op, [((d,), d) for d in range(t.ndim) if d != dim or keep])
+    return _moves(op, [((d,), d) for d in range(t.ndim) if d != dim])
 
 
 @sharding_rule(aten.view_copy.default)
