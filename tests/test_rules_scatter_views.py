@@ -48,13 +48,16 @@ CASES = [
     (aten.slice_scatter.default, (_r(0, 3), _r(0, 1), 1, 0, 1, 1)),
     (aten.narrow_copy.default, (torch.arange(20).view(5, 4), 1, 1, 2)),
     (aten.select_scatter.default, (torch.arange(15).view(5, 3), torch.arange(5), 1, 0)),
+    (aten.block_diag.default, ([_r(2, 3), _r(1, 2), _r(3)],)),
+    (aten.block_diag.default, ([_r(0, 2), _r(4, 1)],)),
 ]
 
 
 def _id(case) -> str:
     op, args = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}{[a for a in args if not isinstance(a, torch.Tensor)]}"
+    flat = [t for a in args for t in (a if isinstance(a, list) else [a])]
+    shapes = ",".join(str(tuple(a.shape)) for a in flat if isinstance(a, torch.Tensor))
+    return f"{op}{shapes}{[a for a in flat if not isinstance(a, torch.Tensor)]}"
 
 
 @pytest.mark.parametrize("mesh_shape", MESHES, ids=str)

@@ -70,6 +70,8 @@ CASES = [
     (aten.histc.default, (_r(5, 3),), {}),
     (aten.renorm.default, (_r(5, 3, 4), 2, 1, 0.5), {}),
     (aten.renorm.default, (_r(5, 3), 1, 0, 1.0), {}),
+    (aten.equal.default, (_r(5, 3), _r(5, 3)), {}),
+    (aten.allclose.default, (_r(5, 3), _r(5, 3)), {"atol": 10.0}),
 ] + _vsr_cases()
 
 

@@ -131,3 +131,12 @@ def renorm(op: OpSpec) -> list[Strategy]:
         d = op.arg(2, "dim") % t.ndim
         found.append(Strategy((Shard(d),), (Shard(d),)))
     return found
+
+
+@sharding_rule(aten.equal.default, aten.allclose.default)
+def whole_comparison(op: OpSpec) -> list[Strategy]:
+    """``equal(a, b)`` / ``allclose(a, b, ...)``: one Python bool over every element. The
+    pieces' answers would need an and across ranks, which a rule cannot do (no tensor output
+    to hold a Partial): both inputs whole (a Partial reduced first), the same bool on every
+    rank."""
+    return [Strategy((R, R), ())]

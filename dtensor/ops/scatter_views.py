@@ -145,3 +145,12 @@ def slice_scatter(op: OpSpec) -> list[Strategy]:
     keep = x.ndim and _whole_range(op.arg(3, "start"), op.arg(4, "end"), op.arg(5, "step", 1),
                                    x.shape[dim])
     return _moves(op, [((d, d), d) for d in range(x.ndim) if d != dim or keep])
+
+
+@sharding_rule(aten.block_diag.default)
+def block_diag(op: OpSpec) -> list[Strategy]:
+    """``block_diag(t1, t2, ...)``: the inputs placed along the diagonal of a zero matrix. Its
+    rows and columns concatenate the inputs' (a chunk of the output is not the block_diag of
+    chunks): Replicate. Each element is one input element or a zero, so a Partial on every
+    input jointly passes (Note [moves keep every Partial])."""
+    return _moves(op, [])
