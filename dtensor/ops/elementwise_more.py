@@ -59,7 +59,7 @@ def glu(op: OpSpec) -> list[Strategy]:
 def glu_backward(op: OpSpec) -> list[Strategy]:
     """``(g, x, dim)``: [g * sigmoid(b), g * a * sigmoid(b) * (1 - sigmoid(b))] along ``dim``:
     ``dim`` whole, other dims shard alike in g and x; linear in g."""
-    g, x = op.tensors()
+    x = op.tensors()[1]
     dim = _glu_dim(op, 2, x.ndim)
     found = [Strategy((R, R), (R,))]
     found += [Strategy((Shard(d), Shard(d)), (Shard(d),)) for d in range(x.ndim) if d != dim]

@@ -33,7 +33,7 @@ def _rows(op: OpSpec, x_ndim: int, dim: int, placements: tuple) -> list[Strategy
 
 @sharding_rule(aten.index_copy.default)
 def index_copy(op: OpSpec) -> list[Strategy]:
-    x, index, source = op.tensors()
+    x = op.tensors()[0]
     dim = dim_of(op.arg(1, "dim"), x.ndim)
     found = [Strategy((R, R, R), (R,))] + _rows(op, x.ndim, dim, (True, False, True))
     return found + [Strategy((p, R, p), (p,)) for p in partials_of(x, MOVES)]
@@ -62,7 +62,7 @@ _REDUCE_PARTIALS = {"amax": (Partial("max"),), "amin": (Partial("min"),),
 
 @sharding_rule(aten.index_reduce.default)
 def index_reduce(op: OpSpec) -> list[Strategy]:
-    x, index, source = op.tensors()
+    x = op.tensors()[0]
     dim = dim_of(op.arg(1, "dim"), x.ndim)
     found = [Strategy((R, R, R), (R,))] + _rows(op, x.ndim, dim, (True, False, True))
     kinds = _REDUCE_PARTIALS[op.arg(4, "reduce")]

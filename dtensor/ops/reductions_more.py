@@ -9,7 +9,8 @@ combines the pieces' results, where one does.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -15,7 +15,8 @@ Partial pass jointly. unfold_backward adds overlapping windows: linear only (P(s
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -88,7 +89,8 @@ def view_copy_dtype(op: OpSpec) -> list[Strategy]:
     addends of anything: no Partial."""
     t = op.tensors()[0]
     new = op.arg(1, "dtype")
-    same = torch.empty((), dtype=new).element_size() == torch.empty((), dtype=t.dtype).element_size()
+    size = torch.empty((), dtype=new).element_size()
+    same = size == torch.empty((), dtype=t.dtype).element_size()
     dims = range(t.ndim if same else max(t.ndim - 1, 0))
     return [Strategy((R,), (R,))] + [Strategy((Shard(d),), (Shard(d),)) for d in dims]
 
@@ -130,7 +132,7 @@ def rot90(op: OpSpec) -> list[Strategy]:
 def select_scatter(op: OpSpec) -> list[Strategy]:
     """``(self, src, dim, index)``: self with ``self.select(dim, index) = src``. ``dim`` is
     written at a global index (whole); every other dim of self pairs with src's."""
-    x, src = op.tensors()
+    x = op.tensors()[0]
     dim = dim_of(op.arg(2, "dim"), x.ndim)
     return _moves(op, [((d, d - (d > dim)), d) for d in range(x.ndim) if d != dim])
 
@@ -140,7 +142,7 @@ def slice_scatter(op: OpSpec) -> list[Strategy]:
     """``(self, src, dim, start, end, step)``: self with ``self[start:end:step] = src`` along
     ``dim``. The range is global, so ``dim`` is whole unless it covers all of it (then src has
     self's shape and each rank writes its own rows); other dims pair up."""
-    x, src = op.tensors()
+    x = op.tensors()[0]
     dim = dim_of(op.arg(2, "dim", 0), x.ndim)
     keep = x.ndim and _whole_range(op.arg(3, "start"), op.arg(4, "end"), op.arg(5, "step", 1),
                                    x.shape[dim])

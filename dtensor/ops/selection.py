@@ -13,7 +13,8 @@ sum is not the sum of medians, and the median of elementwise maxima is not the m
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -55,7 +56,6 @@ def value_selecting_reduction_backward(op: OpSpec) -> list[Strategy]:
     ``indices`` along ``dim``. A dim other than ``dim`` pairs each gradient row with its
     index row and output row: grad and indices sharded on it give that dim's chunk of the
     output, each rank's zeros sized by its own piece (local function). Linear in grad."""
-    grad = op.tensors()[0]
     sizes = op.arg(3, "sizes")
     n = len(sizes)
     found = [Strategy((R, R), (R,), local=_VSR_LOCAL)]
