@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from dtensor.api import _from_full
 from dtensor.dispatch import register_decomposition
-from dtensor.layout import local_slices
 from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
@@ -39,8 +39,8 @@ aten = torch.ops.aten
 
 FILLS = (aten.uniform_.default, aten.normal_.default, aten.exponential_.default,
          aten.geometric_.default, aten.log_normal_.default, aten.cauchy_.default,
-         aten.random_.default, aten.random_.to, getattr(aten.random_, "from"), aten.bernoulli_.float,
-         aten.bernoulli_.Tensor)
+         aten.random_.default, aten.random_.to, getattr(aten.random_, "from"),
+         aten.bernoulli_.float, aten.bernoulli_.Tensor)
 DRAWS = (aten.bernoulli.default, aten.bernoulli.p, aten.normal.Tensor_float,
          aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.native_dropout.default)
 LIKES = (aten.rand_like.default, aten.randn_like.default, aten.randint_like.default,
@@ -64,11 +64,6 @@ def _whole(t: Any) -> Any:
     if s.placements == replicated:
         return t._local_tensor
     return redistribute_local_tensor(t._local_tensor, s.mesh, s.placements, replicated, s.shape)
-
-
-def _piece(full: torch.Tensor, spec: DTensorSpec) -> torch.Tensor:
-    coord = tuple(spec.mesh.get_coordinate())
-    return full[local_slices(tuple(full.shape), spec.mesh.shape, spec.placements, coord)]
 
 
 def _sharded(spec: DTensorSpec) -> bool:
@@ -121,11 +116,8 @@ def _draw(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _wrap_all(outs: tuple, layout: DTensorSpec, out: Any) -> Any:
-    wrapped = []
-    for o in outs:
-        spec = DTensorSpec(layout.mesh, layout.placements, tuple(o.shape),
-                           tuple(o.stride()), o.dtype)
-        wrapped.append(DTensor(_piece(o, spec).contiguous(), spec, requires_grad=False))
+    # every rank drew the whole tensor alike; each keeps its piece (no Partial in layout)
+    wrapped = [_from_full(o, layout.mesh, layout.placements, requires_grad=False) for o in outs]
     return tuple(wrapped) if isinstance(out, tuple) else wrapped[0]
 
 

@@ -41,11 +41,15 @@ TIER_NAMES = {"sound": "sound", "forward": "fwd", "backward": "bwd"}
 
 
 def inputs_hash() -> str:
-    """sha256 over the torch version, every dtensor/ source and the engine sources."""
+    """sha256 over the torch version, every dtensor/ source an op's dispatch can run through
+    (not the packages layered on top: checkpoint/, graph/) and the engine sources."""
     import torch
 
     h = hashlib.sha256(torch.__version__.encode())
-    files = sorted((ROOT / "dtensor").rglob("*.py")) + [HERE / n for n in ENGINE]
+    layered = {ROOT / "dtensor" / "checkpoint", ROOT / "dtensor" / "graph"}
+    files = sorted(f for f in (ROOT / "dtensor").rglob("*.py")
+                   if not layered.intersection(f.parents))
+    files += [HERE / n for n in ENGINE]
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
