@@ -31,12 +31,12 @@ from torch import fx
 
 from dtensor.graph.annotate import HINT_OP, ShardSpec
 from dtensor.graph.capture import CapturedGraph
+from dtensor.graph.costs import reshard_table
 from dtensor.graph.errors import AnnotationError
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
                                 fmt_placements, mixes_partial_families, normalize_placements)
-from dtensor.planner import plan, plan_bytes
 
 HINT_PENALTY = 1e-6  # Note [graph sharding problem]
 Pl = tuple[Placement, ...]
@@ -288,10 +288,10 @@ class Problem:
         table = self._costs[cls]
         key = a << 20 | b
         r = table.get(key)
-        if r is None:
+        if r is None:  # Note [reshard tables]
             shape, itemsize = self._class_info[cls]
-            steps = plan(self.pls[a], self.pls[b], self.mesh_shape, shape, itemsize)
-            r = table[key] = plan_bytes(steps, self.mesh_shape, shape, itemsize)
+            r = table[key] = reshard_table(self.mesh_shape, shape, itemsize).bytes(
+                self.pls[a], self.pls[b])
         return r * self._scale[vid]
 
     def bytes(self, vid: int, src: Pl, dst: Pl) -> float:
