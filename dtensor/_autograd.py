@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from dtensor.comm import Handle
-from dtensor.placements import Placement
+from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, replicate_partials
 
@@ -32,13 +32,11 @@ def _moved(local: torch.Tensor, spec: DTensorSpec, placements: Sequence[Placemen
                                      spec.shape, async_op=async_op)
 
 
-def _grad_parts(grad: torch.Tensor, spec: DTensorSpec) -> tuple[torch.Tensor, DTensorSpec]:
+def _grad_parts(grad: torch.Tensor, spec: DTensorSpec,
+                cls: type) -> tuple[torch.Tensor, DTensorSpec]:
     """(local piece, spec) of an incoming gradient. Autograd materializes a missing gradient
     as a plain tensor of the global shape (zeros): that is a Replicate value."""
-    from dtensor.placements import Replicate
-    from dtensor.tensor import DTensor
-
-    if isinstance(grad, DTensor):
+    if isinstance(grad, cls):
         return grad._local_tensor, grad._spec
     replicated = tuple(Replicate() for _ in spec.placements)
     return grad, DTensorSpec(spec.mesh, replicated, spec.shape, spec.stride, grad.dtype)
@@ -47,17 +45,16 @@ def _grad_parts(grad: torch.Tensor, spec: DTensorSpec) -> tuple[torch.Tensor, DT
 class FromLocal(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, local: torch.Tensor,  # type: ignore[override]
-                spec: DTensorSpec) -> DTensor:
-        from dtensor.tensor import DTensor
-
+                spec: DTensorSpec, cls: type) -> DTensor:
         ctx.spec = spec
-        return DTensor(local.view_as(local), spec, requires_grad=local.requires_grad)
+        ctx.cls = cls
+        return cls(local.view_as(local), spec, requires_grad=local.requires_grad)
 
     @staticmethod
-    def backward(ctx: Any, grad: DTensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: DTensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
         target = replicate_partials(ctx.spec.placements)
-        local, spec = _grad_parts(grad, ctx.spec)
-        return _moved(local, spec, target), None
+        local, spec = _grad_parts(grad, ctx.spec, ctx.cls)
+        return _moved(local, spec, target), None, None
 
 
 class ToLocal(torch.autograd.Function):
@@ -65,17 +62,16 @@ class ToLocal(torch.autograd.Function):
     def forward(ctx: Any, dt: DTensor, grad_placements: tuple[Placement, ...] | None
                 ) -> torch.Tensor:  # type: ignore[override]
         ctx.spec = dt._spec
+        ctx.cls = type(dt)
         ctx.grad_placements = grad_placements
         return dt._local_tensor.view_as(dt._local_tensor)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[DTensor, None]:  # type: ignore[override]
-        from dtensor.tensor import DTensor
-
         spec: DTensorSpec = ctx.spec
         placements = ctx.grad_placements or spec.placements
         grad_spec = DTensorSpec(spec.mesh, tuple(placements), spec.shape, spec.stride, grad.dtype)
-        return DTensor(grad, grad_spec, requires_grad=False), None
+        return ctx.cls(grad, grad_spec, requires_grad=False), None
 
 
 class Redistribute(torch.autograd.Function):
@@ -88,9 +84,8 @@ class Redistribute(torch.autograd.Function):
     def forward(ctx: Any, dt: DTensor, placements: tuple[Placement, ...],  # type: ignore[override]
                 async_op: bool, forward_dtype: torch.dtype | None = None,
                 backward_dtype: torch.dtype | None = None) -> DTensor:
-        from dtensor.tensor import DTensor
-
         ctx.src_spec = dt._spec
+        ctx.cls = type(dt)
         ctx.backward_dtype = backward_dtype
         local, spec = dt._local_tensor, dt._spec
         if forward_dtype is not None and forward_dtype != local.dtype:
@@ -100,18 +95,16 @@ class Redistribute(torch.autograd.Function):
         # an async redistribute is finished here: a DTensor's piece is a tensor, not a handle
         # (the overlap torch's AsyncCollectiveTensor gives is not built yet)
         local = moved.wait() if isinstance(moved, Handle) else moved
-        return DTensor(local, spec.with_placements(placements), requires_grad=dt.requires_grad)
+        return ctx.cls(local, spec.with_placements(placements), requires_grad=dt.requires_grad)
 
     @staticmethod
     def backward(ctx: Any, grad: DTensor) -> tuple:  # type: ignore[override]
-        from dtensor.tensor import DTensor
-
         src: DTensorSpec = ctx.src_spec
         target = replicate_partials(src.placements)
-        local, spec = _grad_parts(grad, src)
+        local, spec = _grad_parts(grad, src, ctx.cls)
         if ctx.backward_dtype is not None and ctx.backward_dtype != local.dtype:
             local = local.to(ctx.backward_dtype)
         local = _moved(local, spec, target).to(src.dtype)
-        out = DTensor(local, DTensorSpec(src.mesh, target, src.shape, src.stride, src.dtype),
+        out = ctx.cls(local, DTensorSpec(src.mesh, target, src.shape, src.stride, src.dtype),
                       requires_grad=False)
         return out, None, None, None, None

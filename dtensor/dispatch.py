@@ -261,7 +261,8 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
                 return _dispatch(DTensor, func, args, kwargs)  # the targets moved: again
         if plan is None:
             flat, tree = pytree.tree_flatten((args, kwargs))
-            return _fallback(func, flat, tree, [t for t in tensors if isinstance(t, DTensor)])
+            return _fallback(DTensor, func, flat, tree,
+                             [t for t in tensors if isinstance(t, DTensor)])
         plans[key] = plan
     if plan.decompose is not None:  # Note [decompositions]
         out = plan.decompose(func, args, kwargs)
@@ -273,9 +274,9 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
                 return _dispatch(DTensor, func, args, kwargs)
             _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())  # raises
     if _check_plain.get():
-        _verify_plain(func, tensors, mesh)
+        _verify_plain(DTensor, func, tensors, mesh)
     debug.record(plan.decision, tensors)
-    out = _run(func, args, kwargs, tensors, plan, mesh)
+    out = _run(DTensor, func, args, kwargs, tensors, plan, mesh)
     if not kwargs and key is not None and _fits_fast_path(plan, tensors, args, DTensor):
         _record_fast(func, args, plan, out, mesh, DTensor)
     return out
@@ -432,20 +433,6 @@ def _first_dtensor(DTensor: type, args: tuple, kwargs: dict) -> Any:
     raise TypeError("dispatch called without a DTensor argument")
 
 
-def _describe(x: Any, mesh_ndim: int) -> Any:
-    from dtensor.tensor import DTensor
-
-    if isinstance(x, DTensor):
-        s = x._spec
-        return TensorSpec(s.shape, s.stride, s.dtype, s.placements)
-    if isinstance(x, torch.Tensor):
-        return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype, (Replicate(),) * mesh_ndim)
-    if isinstance(x, (list, tuple)):
-        return tuple(_describe(v, mesh_ndim) for v in x)
-    return x
-
-
-@lru_cache(maxsize=4096)
 def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
     return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
                  if a.alias_info is not None and a.alias_info.is_write)
@@ -468,14 +455,13 @@ def _written(func: Any, op: OpSpec) -> frozenset[int]:
     return frozenset(out)
 
 
-def _run(func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan, mesh: Any) -> Any:
-    from dtensor.tensor import DTensor
-
+def _run(DTensor: type, func: Any, args: tuple, kwargs: dict, tensors: list, plan: _Plan,
+         mesh: Any) -> Any:
     required = iter(plan.decision.chosen.inputs)  # one entry per tensor, in the order described
 
     def local(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            return _localize(x, next(required), mesh)
+            return _localize(DTensor, x, next(required), mesh)
         if type(x) is list or type(x) is tuple:
             return type(x)(local(v) for v in x)
         return x
@@ -561,9 +547,8 @@ def _restride(func: Any, args: tuple, kwargs: dict, target: Any, plan: _Plan) ->
             torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
 
 
-def _localize(a: torch.Tensor, placements: tuple[Placement, ...], mesh: Any) -> torch.Tensor:
-    from dtensor.tensor import DTensor
-
+def _localize(DTensor: type, a: torch.Tensor, placements: tuple[Placement, ...],
+              mesh: Any) -> torch.Tensor:
     if isinstance(a, DTensor):
         s = a._spec
         if s.placements == placements:
@@ -581,10 +566,8 @@ def _output_meta(op: OpSpec) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(meta_call(op)) if isinstance(t, torch.Tensor)]
 
 
-def _verify_plain(func: Any, tensors: list, mesh: Any) -> None:
+def _verify_plain(DTensor: type, func: Any, tensors: list, mesh: Any) -> None:
     import torch.distributed as dist
-
-    from dtensor.tensor import DTensor
 
     group = mesh.group_for(tuple(range(mesh.ndim)))
     for i, t in enumerate(tensors):
@@ -600,9 +583,7 @@ def _verify_plain(func: Any, tensors: list, mesh: Any) -> None:
 
 
 # -- fallback ------------------------------------------------------------------------------------
-def _fallback(func: Any, flat: list, tree: Any, dts: list) -> Any:
-    from dtensor.tensor import DTensor
-
+def _fallback(DTensor: type, func: Any, flat: list, tree: Any, dts: list) -> Any:
     policy = _policy.get()
     name = str(func)
     if policy == "error":
@@ -617,23 +598,21 @@ def _fallback(func: Any, flat: list, tree: Any, dts: list) -> Any:
     args, kwargs = pytree.tree_unflatten(full, tree)
     out = func(*args, **kwargs)
     if func._schema.is_mutable:
-        _write_back(func, flat, full, tree)
+        _write_back(DTensor, func, flat, full, tree)
         d_args, d_kwargs = pytree.tree_unflatten(flat, tree)
         sources = _return_sources(func)
         if any(src is not None for src in sources):
             outs = out if isinstance(out, tuple) else (out,)
             picked = [(d_args[src[0]] if src[0] < len(d_args) else d_kwargs.get(src[1]))
                       if src is not None else value for value, src in zip(outs, sources)]
-            picked = [p if isinstance(p, DTensor) or s is not None else _wrap_replicated(p, mesh)
-                      for p, s in zip(picked, sources)]
+            picked = [p if isinstance(p, DTensor) or s is not None
+                      else _wrap_replicated(DTensor, p, mesh) for p, s in zip(picked, sources)]
             return tuple(picked) if isinstance(out, tuple) else picked[0]
 
-    return pytree.tree_map_only(torch.Tensor, lambda t: _wrap_replicated(t, mesh), out)
+    return pytree.tree_map_only(torch.Tensor, lambda t: _wrap_replicated(DTensor, t, mesh), out)
 
 
-def _wrap_replicated(t: Any, mesh: Any) -> Any:
-    from dtensor.tensor import DTensor
-
+def _wrap_replicated(DTensor: type, t: Any, mesh: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
     shape = tuple(t.shape)
@@ -651,10 +630,8 @@ def _full(d: Any) -> torch.Tensor:
                                      spec.shape)
 
 
-def _write_back(func: Any, flat: list, full: list, tree: Any) -> None:
+def _write_back(DTensor: type, func: Any, flat: list, full: list, tree: Any) -> None:
     """In-place op on full tensors: store each mutated DTensor's new value in its placements."""
-    from dtensor.tensor import DTensor
-
     d_args, d_kwargs = pytree.tree_unflatten(flat, tree)
     f_args, f_kwargs = pytree.tree_unflatten(full, tree)
     for i, arg in enumerate(func._schema.arguments):

@@ -11,7 +11,8 @@ from torch.utils import _foreach_utils
 
 from dtensor import _autograd, compile as _compile
 from dtensor.dispatch import dispatch
-from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
+from dtensor.checks import check_local_shapes
+from dtensor.foreign import check_dispatch_types, refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
@@ -122,8 +123,6 @@ class DTensor(torch.Tensor):
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
         if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
-            from dtensor.foreign import check_dispatch_types
-
             check_dispatch_types(func, types, args, kwargs or {})
         return dispatch(cls, func, args, kwargs or {})
 
@@ -154,8 +153,6 @@ class DTensor(torch.Tensor):
         shape, derives the exact global shape, and checks that every piece fits it) for
         uneven shards.
         """
-        from dtensor.checks import check_local_shapes
-
         if isinstance(local_tensor, DTensor):
             raise TypeError("DTensor.from_local takes this rank's piece as a plain tensor, got "
                             f"a DTensor with placements {local_tensor.placements}: use "
@@ -172,7 +169,7 @@ class DTensor(torch.Tensor):
             spec = DTensorSpec(mesh, placements, global_shape,
                                tuple(stride) if stride is not None
                                else contiguous_strides(global_shape), local_tensor.dtype)
-            return _autograd.FromLocal.apply(local_tensor.new_empty(0), spec)
+            return _autograd.FromLocal.apply(local_tensor.new_empty(0), spec, DTensor)
         if run_check:
             global_shape = check_local_shapes(local_tensor, mesh, placements, shape)
         elif shape is not None:
@@ -182,7 +179,7 @@ class DTensor(torch.Tensor):
         strides = (tuple(stride) if stride is not None
                    else strides_like(local_tensor, global_shape))
         spec = DTensorSpec(mesh, placements, global_shape, strides, local_tensor.dtype)
-        return _autograd.FromLocal.apply(local_tensor, spec)
+        return _autograd.FromLocal.apply(local_tensor, spec, DTensor)
 
     def to_local(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """This rank's piece; differentiable (the gradient arrives in ``grad_placements``,
@@ -237,9 +234,7 @@ def _traced_spec(spec: DTensorSpec, outer_size: Any, outer_stride: Any) -> DTens
     must be plain ints (Note [static shapes only] in dtensor.compile)."""
     size, stride = tuple(outer_size), tuple(outer_stride)
     if not all(type(v) is int for v in size + stride):
-        from dtensor.compile import DynamicShapeError
-
-        raise DynamicShapeError(spec, size)
+        raise _compile.DynamicShapeError(spec, size)
     if size == spec.shape and stride == spec.stride:
         return spec
     return DTensorSpec(spec.mesh, spec.placements, size, stride, spec.dtype)

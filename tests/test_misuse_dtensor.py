@@ -66,7 +66,7 @@ def _check_replicated_plain() -> None:
 def _no_rule() -> None:
     x = _sharded(4, 3)
     with fallback_policy("error"):
-        torch.trace(x)
+        torch.nonzero(x)  # data-dependent output shape: no rule
 
 
 def _unknown_policy() -> None:
@@ -191,7 +191,7 @@ CASES: list[Case] = [
     ("view-bad-size", 2, lambda: _sharded(4, 3).view(5, -1), RuntimeError,
      r"shape '\[5, -1\]' is invalid for input of size 12"),
     ("no-rule-under-error-policy", 2, _no_rule, NoShardingRuleError,
-     r"aten.trace.default has no sharding rule \(fallback policy 'error'\)"),
+     r"aten.nonzero.default has no sharding rule \(fallback policy 'error'\)"),
     ("unknown-fallback-policy", 1, _unknown_policy, ValueError,
      r"fallback policy 'ignore': expected one of"),
     ("pinned-inputs-would-move", 2, _pinned, ShardingError,
