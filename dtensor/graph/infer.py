@@ -23,12 +23,12 @@ Note [graph sharding search]
 
 from __future__ import annotations
 
+import heapq
 import re
 import time
 from dataclasses import dataclass, field
 
 from dtensor.graph.problem import Problem, Unit
-from dtensor.placements import Partial
 
 EPS = 1e-9
 AUTO_EXACT_UNITS = 16  # "auto" proves optimality up to this many units with a choice
@@ -56,6 +56,8 @@ def solve(problem: Problem, *, method: str = "auto", node_budget: int = 20_000,
     if method != "greedy":
         choice = _group_descent(problem, choice, stage, max_rounds)
         choice = improve(problem, choice, stage)
+        choice = repair(problem, choice, stage)
+        choice = improve(problem, choice, stage)
     cost = problem.cost(choice)
     sol = Solution(choice, cost, False, method if method != "auto" else "heuristic")
     free = [u for u in problem.units if len(u.options) > 1]
@@ -76,13 +78,10 @@ def solve(problem: Problem, *, method: str = "auto", node_budget: int = 20_000,
 
 
 # -- stage 1: greedy ------------------------------------------------------------------------------
-def greedy(problem: Problem, fixed: dict[int, int], stage: dict[int, str] | None = None,
-           base: list[int] | None = None) -> list[int]:
+def greedy(problem: Problem, fixed: dict[int, int], stage: dict[int, str] | None = None
+           ) -> list[int]:
     """Every unit in topological order takes its cheapest option given its producers; units
-    in ``fixed`` keep theirs, unchosen inputs follow their first consumer. With ``base`` (an
-    earlier greedy answer) a unit none of whose producers or output ties changed keeps its
-    ``base`` option: the same inputs give the same decision, so only what a move reaches is
-    decided again."""
+    in ``fixed`` keep theirs, unchosen inputs follow their first consumer."""
     units, values = problem.units, problem.values
     choice = [-1] * len(units)
     for u in units:  # inputs with one layout (annotated) are known from the start
@@ -93,9 +92,6 @@ def greedy(problem: Problem, fixed: dict[int, int], stage: dict[int, str] | None
     for u in units:
         if choice[u.id] >= 0 or u.kind == "input":
             continue
-        if base is not None and not _touched(problem, choice, base, u):
-            choice[u.id] = base[u.id]
-            continue
         srcs = []
         for vid in u.inputs:
             v = values[vid]
@@ -103,6 +99,7 @@ def greedy(problem: Problem, fixed: dict[int, int], stage: dict[int, str] | None
             srcs.append(units[pu].options[choice[pu]].outs[v.index] if choice[pu] >= 0 else -1)
         sinks = [s for s in problem.sink_of.get(u.id, ()) if values[s.value].unit == u.id]
         best, best_key = 0, None
+        partials = problem.partials(u.id)
         for b, opt in enumerate(u.options):
             c = opt.penalty
             for k, src in enumerate(srcs):
@@ -115,7 +112,7 @@ def greedy(problem: Problem, fixed: dict[int, int], stage: dict[int, str] | None
                         continue
                     tie = units[s.tie].options[choice[s.tie]].outs[0]
                 c += problem.sink_cost(s, opt.outs[values[s.value].index], tie)
-            key = (c, _partials(opt.outputs), b)
+            key = (c, partials[b], b)
             if best_key is None or key < best_key:
                 best, best_key = b, key
         choice[u.id] = best
@@ -134,23 +131,10 @@ def greedy(problem: Problem, fixed: dict[int, int], stage: dict[int, str] | None
     return choice
 
 
-def _touched(problem: Problem, choice: list[int], base: list[int], u: Unit) -> bool:
-    for vid in u.inputs:
-        pu = problem.values[vid].unit
-        if choice[pu] != base[pu]:
-            return True
-    return any(s.tie is not None and choice[s.tie] != base[s.tie]
-               for s in problem.sink_of.get(u.id, ()))
-
-
 def _closest(problem: Problem, unit: Unit, vid: int, want: int) -> int:
     costs = [(problem.bytes_ids(vid, o.outs[0], want) + o.penalty, i)
              for i, o in enumerate(unit.options)]
     return min(costs)[1]
-
-
-def _partials(outputs) -> int:
-    return sum(isinstance(p, Partial) for out in outputs for p in out)
 
 
 # -- stage 2: parameter groups --------------------------------------------------------------------
@@ -169,26 +153,126 @@ def groups(problem: Problem) -> list[list[int]]:
 
 def _group_descent(problem: Problem, choice: list[int], stage: dict[int, str],
                    max_rounds: int) -> list[int]:
-    inputs = [u.id for u in problem.units if u.kind == "input"]
-    cost = problem.cost(choice)
     for _ in range(max_rounds):
         moved = False
         for members in groups(problem):
             for o in range(len(problem.units[members[0]].options)):
                 if all(choice[m] == o for m in members):
                     continue
-                fixed = {i: choice[i] for i in inputs} | {m: o for m in members}
-                trial_stage: dict[int, str] = {}
-                trial = greedy(problem, fixed, trial_stage, base=choice)
-                c = problem.cost(trial)
-                if c < cost - EPS:
-                    choice, cost, moved = trial, c, True
-                    stage.update(trial_stage)
-                    for m in members:
-                        stage[m] = "parameter-group search"
+                moved |= _try_move(problem, choice, {m: o for m in members}, stage,
+                                   "parameter-group search", consumers_only=True)
         if not moved:
             break
     return choice
+
+
+def _try_move(problem: Problem, choice: list[int], move: dict[int, int], stage: dict[int, str],
+              why: str, consumers_only: bool, limit: int | None = None) -> bool:
+    """Apply ``move`` (unit -> option) to ``choice`` in place when it lowers the total once
+    the units it reaches are decided again (Note [graph sharding search]); True if kept."""
+    trial = _redecide(problem, choice, move, consumers_only, limit)
+    if trial is None:
+        return False
+    new, changed = trial
+    if _set_cost(problem, new, changed) >= _set_cost(problem, choice, changed) - EPS:
+        return False
+    for uid in changed:
+        choice[uid] = new[uid]
+        stage[uid] = why
+    return True
+
+
+def _redecide(problem: Problem, base: list[int], move: dict[int, int], consumers_only: bool,
+              limit: int | None) -> tuple[list[int], set[int]] | None:
+    """``base`` with ``move`` applied, then every unit a change reaches decided again, in
+    topological order, until nothing more changes: with ``consumers_only`` as the greedy pass
+    would (given its producers: the same inputs give the same decision), else given all its
+    neighbours (``local_cost``), producers reached too. (new choice, units changed), or None
+    past ``limit`` changed units."""
+    units = problem.units
+    choice = list(base)
+    changed = set()
+    heap: list[int] = []
+    queued: set[int] = set()
+
+    def reach(uid: int) -> None:
+        for n in problem.neighbours(uid, consumers_only):
+            if n not in queued and n not in move:
+                queued.add(n)
+                heapq.heappush(heap, n)
+
+    for uid, o in move.items():
+        if base[uid] != o:
+            choice[uid] = o
+            changed.add(uid)
+            reach(uid)
+    while heap:
+        uid = heapq.heappop(heap)
+        queued.discard(uid)
+        u = units[uid]
+        if u.kind == "input" and consumers_only:
+            continue
+        b = (_cheapest(problem, choice, u) if consumers_only else
+             min(range(len(u.options)), key=lambda b: (local_cost(problem, choice, u, b),
+                                                      b != choice[uid])))
+        if b != choice[uid]:
+            choice[uid] = b
+            changed.add(uid)
+            if limit is not None and len(changed) > limit:
+                return None
+            reach(uid)
+    return choice, changed
+
+
+def _cheapest(problem: Problem, choice: list[int], u: Unit) -> int:
+    """The greedy pass's decision for ``u`` with every producer chosen."""
+    units, values = problem.units, problem.values
+    srcs = [units[values[vid].unit].options[choice[values[vid].unit]].outs[values[vid].index]
+            for vid in u.inputs]
+    sinks = [s for s in problem.sink_of.get(u.id, ()) if values[s.value].unit == u.id]
+    partials = problem.partials(u.id)
+    best, best_key = 0, None
+    for b, opt in enumerate(u.options):
+        c = opt.penalty
+        for k, src in enumerate(srcs):
+            if src != opt.ins[k]:
+                c += problem.bytes_ids(u.inputs[k], src, opt.ins[k])
+        for s in sinks:
+            tie = units[s.tie].options[choice[s.tie]].outs[0] if s.tie is not None else -1
+            c += problem.sink_cost(s, opt.outs[values[s.value].index], tie)
+        key = (c, partials[b], b)
+        if best_key is None or key < best_key:
+            best, best_key = b, key
+    return best
+
+
+def _set_cost(problem: Problem, choice: list[int], members: set[int]) -> float:
+    """Bytes (and hint penalties) of every edge and sink touching a unit in ``members``, each
+    once: the part of ``problem.cost`` a change confined to ``members`` can alter."""
+    units, values = problem.units, problem.values
+    total = 0.0
+    sinks = {}
+    for uid in members:
+        u = units[uid]
+        opt = u.options[choice[uid]]
+        total += opt.penalty
+        for k, vid in enumerate(u.inputs):
+            v = values[vid]
+            src = units[v.unit].options[choice[v.unit]].outs[v.index]
+            if src != opt.ins[k]:
+                total += problem.bytes_ids(vid, src, opt.ins[k])
+        for cu, k in u.consumers:
+            if cu in members:
+                continue  # priced as that consumer's input
+            vid = units[cu].inputs[k]
+            src, dst = opt.outs[values[vid].index], units[cu].options[choice[cu]].ins[k]
+            if src != dst:
+                total += problem.bytes_ids(vid, src, dst)
+        sinks.update((id(s), s) for s in problem.sink_of.get(uid, ()))
+    for s in sinks.values():
+        tie = problem.out_id(choice, units[s.tie].outputs[0]) if s.tie is not None else -1
+        total += problem.sink_cost(s, problem.out_id(choice, s.value), tie)
+    return total
 
 
 # -- stage 3: local improvement -------------------------------------------------------------------
@@ -235,6 +319,65 @@ def improve(problem: Problem, choice: list[int], stage: dict[int, str] | None = 
         if not changed:
             break
     return choice
+
+
+# -- stage 4: reshard repair ---------------------------------------------------------------------
+def repair(problem: Problem, choice: list[int], stage: dict[int, str] | None = None,
+           max_rounds: int = 2, limit: int = 48) -> list[int]:
+    """Stage 4 of Note [graph sharding search]: each reshard, costliest first, tries the
+    options of its ends that make it cheaper, with the chain of re-decisions it starts."""
+    choice = list(choice)
+    stage = {} if stage is None else stage
+    for _ in range(max_rounds):
+        moved = False
+        for vid, ends in _reshards(problem, choice):
+            for uid, price in ends:
+                here = price(choice[uid])
+                tries = sorted((c, b) for b in range(len(problem.units[uid].options))
+                               if b != choice[uid] and (c := price(b)) < here - EPS)
+                if any(_try_move(problem, choice, {uid: b}, stage, "reshard repair",
+                                 consumers_only=False, limit=limit) for _, b in tries):
+                    moved = True
+                    break
+        if not moved:
+            break
+    return choice
+
+
+def _reshards(problem: Problem, choice: list[int]):
+    """(value, [(an end's unit, its option -> the bytes of this edge)]) for every edge and
+    sink that moves bytes, costliest first."""
+    units, values = problem.units, problem.values
+    found = []
+    for u in units:
+        opt = u.options[choice[u.id]]
+        for k, vid in enumerate(u.inputs):
+            v = values[vid]
+            src = units[v.unit].options[choice[v.unit]].outs[v.index]
+            if src == opt.ins[k] or not (c := problem.bytes_ids(vid, src, opt.ins[k])):
+                continue
+
+            def consumer(b, u=u, k=k, vid=vid, v=v):
+                src = units[v.unit].options[choice[v.unit]].outs[v.index]
+                return problem.bytes_ids(vid, src, u.options[b].ins[k])
+
+            def producer(b, u=u, k=k, vid=vid, v=v):
+                return problem.bytes_ids(vid, units[v.unit].options[b].outs[v.index],
+                                         u.options[choice[u.id]].ins[k])
+
+            found.append((c, vid, [(u.id, consumer), (v.unit, producer)]))
+    for s in problem.sinks:
+        v = values[s.value]
+        tie = problem.out_id(choice, units[s.tie].outputs[0]) if s.tie is not None else -1
+        if not (c := problem.sink_cost(s, problem.out_id(choice, s.value), tie)):
+            continue
+
+        def sink(b, s=s, v=v, tie=tie):
+            return problem.sink_cost(s, units[v.unit].options[b].outs[v.index], tie)
+
+        found.append((c, s.value, [(v.unit, sink)]))
+    found.sort(key=lambda f: -f[0])
+    return [(vid, ends) for _, vid, ends in found]
 
 
 # -- exact ----------------------------------------------------------------------------------------

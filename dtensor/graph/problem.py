@@ -119,6 +119,36 @@ class Problem:
             self.sink_of.setdefault(self.values[s.value].unit, []).append(s)
             if s.tie is not None:
                 self.sink_of.setdefault(s.tie, []).append(s)
+        self._partials: dict[int, list[int]] = {}
+        self._neighbours: dict[tuple[int, bool], list[int]] = {}
+
+    def partials(self, uid: int) -> list[int]:
+        """Per option of unit ``uid``, how many Partial placements its outputs hold."""
+        out = self._partials.get(uid)
+        if out is None:
+            out = self._partials[uid] = [
+                sum(isinstance(p, Partial) for pl in o.outputs for p in pl)
+                for o in self.units[uid].options]
+        return out
+
+    def neighbours(self, uid: int, consumers_only: bool = False) -> list[int]:
+        """Units whose cost of a decision depends on unit ``uid``'s: its consumers and the
+        producers of outputs tied to it; with ``consumers_only`` False also its producers and
+        the inputs its outputs are tied to."""
+        key = (uid, consumers_only)
+        out = self._neighbours.get(key)
+        if out is None:
+            u = self.units[uid]
+            found = {c for c, _ in u.consumers}
+            for s in self.sink_of.get(uid, ()):
+                found.add(self.values[s.value].unit)
+                if not consumers_only and s.tie is not None:
+                    found.add(s.tie)
+            if not consumers_only:
+                found.update(self.values[v].unit for v in u.inputs)
+            found.discard(uid)
+            out = self._neighbours[key] = sorted(found)
+        return out
 
     # -- building ------------------------------------------------------------------------------
     def _new_value(self, unit: int, index: int, node: fx.Node, meta: Any) -> int:
