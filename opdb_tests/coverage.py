@@ -130,11 +130,15 @@ def counts(results: Sequence) -> dict[str, int]:
 
 def tally(results: Sequence) -> dict[str, int]:
     """(variant, tier) pairs failing with each category of failure kind (causes.category),
-    most common first; a pair failing in two ways counts in both."""
+    most common first; a pair failing in two ways counts in both. SKIP variants (random
+    uninitialized memory, never compared) are left out."""
     from opdb_tests.causes import category
+    from opdb_tests.expected_failures import SKIP
 
     out: dict[str, int] = {}
     for r in results:
+        if r.key in SKIP:
+            continue
         for c in {(f.tier, category(f.cause)) for f in r.failures}:
             out[c[1]] = out.get(c[1], 0) + 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -64,16 +64,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('tensor_split', 'forward'): {
         'RuntimeError outside dispatch': 'tensor_split[R;R]@mesh(2): RuntimeError: The tensor has a non-zero number of elements, but its data is not allocated yet.',
     },
-    # -- TypeError (raised in an op)
-    ('nn.functional.gaussian_nll_loss', 'backward'): {
-        'TypeError in aten._local_scalar_dense.default': "nn.functional.gaussian_nll_loss[R;R;R]@mesh(2): TypeError: 'bool' object is not iterable",
-    },
-    ('nn.functional.gaussian_nll_loss', 'forward'): {
-        'TypeError in aten._local_scalar_dense.default': "nn.functional.gaussian_nll_loss[P(sum);R;R]@mesh(2): TypeError: 'bool' object is not iterable",
-    },
-    ('nn.functional.one_hot', 'forward'): {
-        'TypeError in aten._local_scalar_dense.default': "nn.functional.one_hot[P(sum)]@mesh(2): TypeError: 'int' object is not iterable",
-    },
     # -- harness raises NotImplementedError
     ('chalf', 'sound'): {
         'harness raises NotImplementedError: aten._to_copy.default': 'chalf[R->R]@mesh(3): aten._to_copy.default strategy R -> R: the soundness harness (dtensor.ops.soundness) raises NotImplementedError: "equal_cpu" not implemented for \'ComplexHalf\'',
@@ -127,21 +117,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_unsafe_masked_index_put_accumulate', 'sound'): {
         'no rule: aten._unsafe_masked_index_put_accumulate.default': '_unsafe_masked_index_put_accumulate[]@mesh(3): no sharding rule for aten._unsafe_masked_index_put_accumulate.default',
     },
-    ('allclose', 'forward'): {
-        'no rule: aten.allclose.default': "allclose[R;R]@mesh(2): NoShardingRuleError: aten.allclose.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('allclose', 'sound'): {
-        'no rule: aten.allclose.default': 'allclose[]@mesh(3): no sharding rule for aten.allclose.default',
-    },
-    ('aminmax', 'backward'): {
-        'no rule: aten.aminmax.default': "aminmax[R]@mesh(2): NoShardingRuleError: aten.aminmax.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('aminmax', 'forward'): {
-        'no rule: aten.aminmax.default': "aminmax[R]@mesh(2): NoShardingRuleError: aten.aminmax.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('aminmax', 'sound'): {
-        'no rule: aten.aminmax.default': 'aminmax[]@mesh(3): no sharding rule for aten.aminmax.default',
-    },
     ('argwhere', 'forward'): {
         'no rule: aten.nonzero.default': "argwhere[R]@mesh(2): NoShardingRuleError: aten.nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -163,53 +138,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('bincount', 'sound'): {
         'no rule: aten.bincount.default': 'bincount[]@mesh(3): no sharding rule for aten.bincount.default',
     },
-    ('block_diag', 'backward'): {
-        'no rule: aten.block_diag.default': "block_diag[R;R;R]@mesh(2): NoShardingRuleError: aten.block_diag.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('block_diag', 'forward'): {
-        'no rule: aten.block_diag.default': "block_diag[R;R;R]@mesh(2): NoShardingRuleError: aten.block_diag.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('block_diag', 'sound'): {
-        'no rule: aten.block_diag.default': 'block_diag[]@mesh(3): no sharding rule for aten.block_diag.default',
-    },
-    ('bucketize', 'forward'): {
-        'no rule: aten.bucketize.Tensor': "bucketize[R;R]@mesh(2): NoShardingRuleError: aten.bucketize.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('bucketize', 'sound'): {
-        'no rule: aten.bucketize.Tensor': 'bucketize[]@mesh(3): no sharding rule for aten.bucketize.Tensor',
-    },
     ('combinations', 'backward'): {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('combinations', 'forward'): {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('count_nonzero', 'forward'): {
-        'no rule: aten.count_nonzero.default': "count_nonzero[R]@mesh(2): NoShardingRuleError: aten.count_nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('count_nonzero', 'sound'): {
-        'no rule: aten.count_nonzero.default': 'count_nonzero[]@mesh(3): no sharding rule for aten.count_nonzero.default',
-    },
-    ('dist', 'backward'): {
-        'no rule: aten.dist.default': "dist[R;R]@mesh(2): NoShardingRuleError: aten.dist.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('dist', 'forward'): {
-        'no rule: aten.dist.default': "dist[R;R]@mesh(2): NoShardingRuleError: aten.dist.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('dist', 'sound'): {
-        'no rule: aten.dist.default': 'dist[]@mesh(3): no sharding rule for aten.dist.default',
-    },
-    ('equal', 'forward'): {
-        'no rule: aten.equal.default': "equal[R;R]@mesh(2): NoShardingRuleError: aten.equal.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('equal', 'sound'): {
-        'no rule: aten.equal.default': 'equal[]@mesh(3): no sharding rule for aten.equal.default',
-    },
-    ('floor_divide', 'forward'): {
-        'no rule: aten.floor_divide.default': "floor_divide[R;R]@mesh(2): NoShardingRuleError: aten.floor_divide.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('floor_divide', 'sound'): {
-        'no rule: aten.floor_divide.default': 'floor_divide[]@mesh(3): no sharding rule for aten.floor_divide.default',
     },
     ('geqrf', 'forward'): {
         'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -229,12 +162,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('hash_tensor', 'sound'): {
         'no rule: aten.hash_tensor.default': 'hash_tensor[]@mesh(3): no sharding rule for aten.hash_tensor.default',
     },
-    ('histc', 'forward'): {
-        'no rule: aten.histc.default': "histc[R]@mesh(2): NoShardingRuleError: aten.histc.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('histc', 'sound'): {
-        'no rule: aten.histc.default': 'histc[]@mesh(3): no sharding rule for aten.histc.default',
-    },
     ('histogram', 'forward'): {
         'no rule: aten.histogram.bin_ct': "histogram[R]@mesh(2): NoShardingRuleError: aten.histogram.bin_ct has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -243,78 +170,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('histogramdd', 'forward'): {
         'no rule: aten._histogramdd_bin_edges.default': "histogramdd[R]@mesh(2): NoShardingRuleError: aten._histogramdd_bin_edges.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_copy', 'backward'): {
-        'no rule: aten.index_copy.default': "index_copy[R;R;R]@mesh(2): NoShardingRuleError: aten.index_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_copy', 'forward'): {
-        'no rule: aten.index_copy.default': "index_copy[R;R;R]@mesh(2): NoShardingRuleError: aten.index_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_copy', 'sound'): {
-        'no rule: aten.index_copy.default': 'index_copy[]@mesh(3): no sharding rule for aten.index_copy.default',
-    },
-    ('index_fill', 'backward'): {
-        'no rule: aten.index_fill.int_Scalar': "index_fill[R;R]@mesh(2): NoShardingRuleError: aten.index_fill.int_Scalar has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_fill', 'forward'): {
-        'no rule: aten.index_fill.int_Scalar': "index_fill[R;R]@mesh(2): NoShardingRuleError: aten.index_fill.int_Scalar has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_fill', 'sound'): {
-        'no rule: aten.index_fill.int_Scalar': 'index_fill[]@mesh(3): no sharding rule for aten.index_fill.int_Scalar',
-    },
-    ('index_reduce.amax', 'backward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.amax[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.amax', 'forward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.amax[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.amax', 'sound'): {
-        'no rule: aten.index_reduce.default': 'index_reduce.amax[]@mesh(3): no sharding rule for aten.index_reduce.default',
-    },
-    ('index_reduce.amin', 'backward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.amin[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.amin', 'forward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.amin[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.amin', 'sound'): {
-        'no rule: aten.index_reduce.default': 'index_reduce.amin[]@mesh(3): no sharding rule for aten.index_reduce.default',
-    },
-    ('index_reduce.mean', 'backward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.mean[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.mean', 'forward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.mean[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.mean', 'sound'): {
-        'no rule: aten.index_reduce.default': 'index_reduce.mean[]@mesh(3): no sharding rule for aten.index_reduce.default',
-    },
-    ('index_reduce.prod', 'backward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.prod[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.prod', 'forward'): {
-        'no rule: aten.index_reduce.default': "index_reduce.prod[R;R;R]@mesh(2): NoShardingRuleError: aten.index_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('index_reduce.prod', 'sound'): {
-        'no rule: aten.index_reduce.default': 'index_reduce.prod[]@mesh(3): no sharding rule for aten.index_reduce.default',
-    },
-    ('isin', 'forward'): {
-        'no rule: aten.isin.Tensor_Tensor': "isin[R;R]@mesh(2): NoShardingRuleError: aten.isin.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('isin', 'sound'): {
-        'no rule: aten.isin.Tensor_Tensor': 'isin[]@mesh(3): no sharding rule for aten.isin.Tensor_Tensor',
-    },
-    ('istft', 'forward'): {
-        'no rule: aten.unfold_backward.default': "istft[R]@mesh(2): NoShardingRuleError: aten.unfold_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('kthvalue', 'backward'): {
-        'no rule: aten.kthvalue.default': "kthvalue[R]@mesh(2): NoShardingRuleError: aten.kthvalue.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('kthvalue', 'forward'): {
-        'no rule: aten.kthvalue.default': "kthvalue[R]@mesh(2): NoShardingRuleError: aten.kthvalue.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('kthvalue', 'sound'): {
-        'no rule: aten.kthvalue.default': 'kthvalue[]@mesh(3): no sharding rule for aten.kthvalue.default',
     },
     ('linalg.lstsq', 'backward'): {
         'no rule: aten.linalg_lstsq.default': "linalg.lstsq[R;R]@mesh(2): NoShardingRuleError: aten.linalg_lstsq.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -346,15 +201,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('logspace.tensor_overload', 'sound'): {
         'no rule: aten.logspace.Tensor_Tensor': 'logspace.tensor_overload[]@mesh(3): no sharding rule for aten.logspace.Tensor_Tensor',
     },
-    ('masked.median', 'backward'): {
-        'no rule: aten.nanmedian.dim': "masked.median[R]@mesh(2): NoShardingRuleError: aten.nanmedian.dim has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('masked.median', 'forward'): {
-        'no rule: aten.nanmedian.dim': "masked.median[R]@mesh(2): NoShardingRuleError: aten.nanmedian.dim has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('masked.median', 'sound'): {
-        'no rule: aten.nanmedian.dim': 'masked.median[]@mesh(3): no sharding rule for aten.nanmedian.dim',
-    },
     ('masked_scatter', 'backward'): {
         'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -373,68 +219,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('masked_select', 'sound'): {
         'no rule: aten.masked_select.default': 'masked_select[]@mesh(3): no sharding rule for aten.masked_select.default',
     },
-    ('median', 'backward'): {
-        'no rule: aten.median.default': "median[R]@mesh(2): NoShardingRuleError: aten.median.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('median', 'forward'): {
-        'no rule: aten.median.default': "median[R]@mesh(2): NoShardingRuleError: aten.median.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('median', 'sound'): {
-        'no rule: aten.median.default': 'median[]@mesh(3): no sharding rule for aten.median.default',
-    },
-    ('mode', 'backward'): {
-        'no rule: aten.mode.default': "mode[R]@mesh(2): NoShardingRuleError: aten.mode.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('mode', 'forward'): {
-        'no rule: aten.mode.default': "mode[R]@mesh(2): NoShardingRuleError: aten.mode.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('mode', 'sound'): {
-        'no rule: aten.mode.default': 'mode[]@mesh(3): no sharding rule for aten.mode.default',
-    },
     ('multinomial', 'forward'): {
         'no rule: aten.multinomial.default': "multinomial[R]@mesh(2): NoShardingRuleError: aten.multinomial.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nanmedian', 'backward'): {
-        'no rule: aten.nanmedian.default': "nanmedian[R]@mesh(2): NoShardingRuleError: aten.nanmedian.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nanmedian', 'forward'): {
-        'no rule: aten.nanmedian.default': "nanmedian[R]@mesh(2): NoShardingRuleError: aten.nanmedian.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nanmedian', 'sound'): {
-        'no rule: aten.nanmedian.default': 'nanmedian[]@mesh(3): no sharding rule for aten.nanmedian.default',
-    },
-    ('narrow_copy', 'backward'): {
-        'no rule: aten.narrow_copy.default': "narrow_copy[R]@mesh(2): NoShardingRuleError: aten.narrow_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('narrow_copy', 'forward'): {
-        'no rule: aten.narrow_copy.default': "narrow_copy[R]@mesh(2): NoShardingRuleError: aten.narrow_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('narrow_copy', 'sound'): {
-        'no rule: aten.narrow_copy.default': 'narrow_copy[]@mesh(3): no sharding rule for aten.narrow_copy.default',
-    },
-    ('nn.functional.bilinear', 'backward'): {
-        'no rule: aten._trilinear.default': "nn.functional.bilinear[R;R;R;R]@mesh(2): NoShardingRuleError: aten._trilinear.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.bilinear', 'forward'): {
-        'no rule: aten._trilinear.default': "nn.functional.bilinear[R;R;R;R]@mesh(2): NoShardingRuleError: aten._trilinear.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.binary_cross_entropy', 'backward'): {
-        'no rule: aten.binary_cross_entropy.default': "nn.functional.binary_cross_entropy[R;R]@mesh(2): NoShardingRuleError: aten.binary_cross_entropy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.binary_cross_entropy', 'forward'): {
-        'no rule: aten.binary_cross_entropy.default': "nn.functional.binary_cross_entropy[R;R]@mesh(2): NoShardingRuleError: aten.binary_cross_entropy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.binary_cross_entropy', 'sound'): {
-        'no rule: aten.binary_cross_entropy.default': 'nn.functional.binary_cross_entropy[]@mesh(3): no sharding rule for aten.binary_cross_entropy.default',
-    },
-    ('nn.functional.binary_cross_entropy_with_logits', 'backward'): {
-        'no rule: aten.binary_cross_entropy_with_logits.default': "nn.functional.binary_cross_entropy_with_logits[R;R]@mesh(2): NoShardingRuleError: aten.binary_cross_entropy_with_logits.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs",
-    },
-    ('nn.functional.binary_cross_entropy_with_logits', 'forward'): {
-        'no rule: aten.binary_cross_entropy_with_logits.default': "nn.functional.binary_cross_entropy_with_logits[R;R]@mesh(2): NoShardingRuleError: aten.binary_cross_entropy_with_logits.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs",
-    },
-    ('nn.functional.binary_cross_entropy_with_logits', 'sound'): {
-        'no rule: aten.binary_cross_entropy_with_logits.default': 'nn.functional.binary_cross_entropy_with_logits[]@mesh(3): no sharding rule for aten.binary_cross_entropy_with_logits.default',
     },
     ('nn.functional.ctc_loss', 'backward'): {
         'no rule: aten._ctc_loss.default': "nn.functional.ctc_loss[R;R]@mesh(2): NoShardingRuleError: aten._ctc_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -463,26 +249,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.fractional_max_pool3d', 'forward'): {
         'no rule: aten.fractional_max_pool3d.default': "nn.functional.fractional_max_pool3d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool3d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
-    ('nn.functional.glu', 'backward'): {
-        'no rule: aten.glu.default': "nn.functional.glu[R]@mesh(2): NoShardingRuleError: aten.glu.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.glu', 'forward'): {
-        'no rule: aten.glu.default': "nn.functional.glu[R]@mesh(2): NoShardingRuleError: aten.glu.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.glu', 'sound'): {
-        'no rule: aten.glu.default': 'nn.functional.glu[]@mesh(3): no sharding rule for aten.glu.default',
-    },
     ('nn.functional.grid_sample', 'backward'): {
         'no rule: aten.grid_sampler_2d_backward.default': "nn.functional.grid_sample[R;R]@mesh(2): NoShardingRuleError: aten.grid_sampler_2d_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.huber_loss', 'backward'): {
-        'no rule: aten.huber_loss.default': "nn.functional.huber_loss[R;R]@mesh(2): NoShardingRuleError: aten.huber_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.huber_loss', 'forward'): {
-        'no rule: aten.huber_loss.default': "nn.functional.huber_loss[R;R]@mesh(2): NoShardingRuleError: aten.huber_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.huber_loss', 'sound'): {
-        'no rule: aten.huber_loss.default': 'nn.functional.huber_loss[]@mesh(3): no sharding rule for aten.huber_loss.default',
     },
     ('nn.functional.linear_cross_entropy.chunked', 'backward'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
@@ -497,22 +265,10 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
     },
     ('nn.functional.multi_margin_loss', 'backward'): {
-        'no rule: aten.multi_margin_loss.default': "nn.functional.multi_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multi_margin_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.multi_margin_loss', 'forward'): {
-        'no rule: aten.multi_margin_loss.default': "nn.functional.multi_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multi_margin_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.multi_margin_loss', 'sound'): {
-        'no rule: aten.multi_margin_loss.default': 'nn.functional.multi_margin_loss[]@mesh(3): no sharding rule for aten.multi_margin_loss.default',
+        'no rule: aten.multi_margin_loss_backward.default': "nn.functional.multi_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multi_margin_loss_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.multilabel_margin_loss', 'backward'): {
-        'no rule: aten.multilabel_margin_loss_forward.default': "nn.functional.multilabel_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multilabel_margin_loss_forward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicat",
-    },
-    ('nn.functional.multilabel_margin_loss', 'forward'): {
-        'no rule: aten.multilabel_margin_loss_forward.default': "nn.functional.multilabel_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multilabel_margin_loss_forward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicat",
-    },
-    ('nn.functional.multilabel_margin_loss', 'sound'): {
-        'no rule: aten.multilabel_margin_loss_forward.default': 'nn.functional.multilabel_margin_loss[]@mesh(3): no sharding rule for aten.multilabel_margin_loss_forward.default',
+        'no rule: aten.multilabel_margin_loss_backward.default': "nn.functional.multilabel_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multilabel_margin_loss_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replica",
     },
     ('nn.functional.pdist', 'backward'): {
         'no rule: aten._pdist_forward.default': "nn.functional.pdist[R]@mesh(2): NoShardingRuleError: aten._pdist_forward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -523,38 +279,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.pdist', 'sound'): {
         'no rule: aten._pdist_forward.default': 'nn.functional.pdist[]@mesh(3): no sharding rule for aten._pdist_forward.default',
     },
-    ('nn.functional.prelu', 'backward'): {
-        'no rule: aten._prelu_kernel.default': "nn.functional.prelu[R;R]@mesh(2): NoShardingRuleError: aten._prelu_kernel.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.prelu', 'forward'): {
-        'no rule: aten._prelu_kernel.default': "nn.functional.prelu[R;R]@mesh(2): NoShardingRuleError: aten._prelu_kernel.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
     ('nn.functional.rrelu', 'backward'): {
         'no rule: aten.rrelu_with_noise.default': "nn.functional.rrelu[R]@mesh(2): NoShardingRuleError: aten.rrelu_with_noise.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.rrelu', 'forward'): {
         'no rule: aten.rrelu_with_noise.default': "nn.functional.rrelu[R]@mesh(2): NoShardingRuleError: aten.rrelu_with_noise.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.scaled_dot_product_attention', 'backward'): {
-        'no rule: aten._safe_softmax.default': "nn.functional.scaled_dot_product_attention[R;R;R]@mesh(2): NoShardingRuleError: aten._safe_softmax.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.scaled_dot_product_attention', 'forward'): {
-        'no rule: aten._safe_softmax.default': "nn.functional.scaled_dot_product_attention[R;R;R]@mesh(2): NoShardingRuleError: aten._safe_softmax.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.smooth_l1_loss', 'backward'): {
-        'no rule: aten.smooth_l1_loss.default': "nn.functional.smooth_l1_loss[R;R]@mesh(2): NoShardingRuleError: aten.smooth_l1_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.smooth_l1_loss', 'forward'): {
-        'no rule: aten.smooth_l1_loss.default': "nn.functional.smooth_l1_loss[R;R]@mesh(2): NoShardingRuleError: aten.smooth_l1_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.smooth_l1_loss', 'sound'): {
-        'no rule: aten.smooth_l1_loss.default': 'nn.functional.smooth_l1_loss[]@mesh(3): no sharding rule for aten.smooth_l1_loss.default',
-    },
-    ('nn.functional.soft_margin_loss', 'forward'): {
-        'no rule: aten.soft_margin_loss.default': "nn.functional.soft_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.soft_margin_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.soft_margin_loss', 'sound'): {
-        'no rule: aten.soft_margin_loss.default': 'nn.functional.soft_margin_loss[]@mesh(3): no sharding rule for aten.soft_margin_loss.default',
     },
     ('nonzero', 'forward'): {
         'no rule: aten.nonzero.default': "nonzero[R]@mesh(2): NoShardingRuleError: aten.nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -568,71 +297,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nonzero_static', 'sound'): {
         'no rule: aten.nonzero_static.default': 'nonzero_static[]@mesh(3): no sharding rule for aten.nonzero_static.default',
     },
-    ('put', 'backward'): {
-        'no rule: aten.put.default': "put[R;R;R]@mesh(2): NoShardingRuleError: aten.put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('put', 'forward'): {
-        'no rule: aten.put.default': "put[R;R;R]@mesh(2): NoShardingRuleError: aten.put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('put', 'sound'): {
-        'no rule: aten.put.default': 'put[]@mesh(3): no sharding rule for aten.put.default',
-    },
-    ('renorm', 'backward'): {
-        'no rule: aten.renorm.default': "renorm[R]@mesh(2): NoShardingRuleError: aten.renorm.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('renorm', 'forward'): {
-        'no rule: aten.renorm.default': "renorm[R]@mesh(2): NoShardingRuleError: aten.renorm.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('renorm', 'sound'): {
-        'no rule: aten.renorm.default': 'renorm[]@mesh(3): no sharding rule for aten.renorm.default',
-    },
     ('resize_', 'forward'): {
         'no rule: aten.resize_.default': "resize_[R]@mesh(2): NoShardingRuleError: aten.resize_.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('resize_as_', 'forward'): {
         'no rule: aten.resize_as_.default': "resize_as_[R;R]@mesh(2): NoShardingRuleError: aten.resize_as_.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('rot90', 'backward'): {
-        'no rule: aten.rot90.default': "rot90[R]@mesh(2): NoShardingRuleError: aten.rot90.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('rot90', 'forward'): {
-        'no rule: aten.rot90.default': "rot90[R]@mesh(2): NoShardingRuleError: aten.rot90.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('rot90', 'sound'): {
-        'no rule: aten.rot90.default': 'rot90[]@mesh(3): no sharding rule for aten.rot90.default',
-    },
-    ('searchsorted', 'forward'): {
-        'no rule: aten.searchsorted.Tensor': "searchsorted[R;R]@mesh(2): NoShardingRuleError: aten.searchsorted.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('searchsorted', 'sound'): {
-        'no rule: aten.searchsorted.Tensor': 'searchsorted[]@mesh(3): no sharding rule for aten.searchsorted.Tensor',
-    },
-    ('select_scatter', 'backward'): {
-        'no rule: aten.select_scatter.default': "select_scatter[R;R]@mesh(2): NoShardingRuleError: aten.select_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('select_scatter', 'forward'): {
-        'no rule: aten.select_scatter.default': "select_scatter[R;R]@mesh(2): NoShardingRuleError: aten.select_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('select_scatter', 'sound'): {
-        'no rule: aten.select_scatter.default': 'select_scatter[]@mesh(3): no sharding rule for aten.select_scatter.default',
-    },
-    ('slice_scatter', 'backward'): {
-        'no rule: aten.slice_scatter.default': "slice_scatter[R;R]@mesh(2): NoShardingRuleError: aten.slice_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('slice_scatter', 'forward'): {
-        'no rule: aten.slice_scatter.default': "slice_scatter[R;R]@mesh(2): NoShardingRuleError: aten.slice_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('slice_scatter', 'sound'): {
-        'no rule: aten.slice_scatter.default': 'slice_scatter[]@mesh(3): no sharding rule for aten.slice_scatter.default',
-    },
-    ('take', 'backward'): {
-        'no rule: aten.take.default': "take[R;R]@mesh(2): NoShardingRuleError: aten.take.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('take', 'forward'): {
-        'no rule: aten.take.default': "take[R;R]@mesh(2): NoShardingRuleError: aten.take.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('take', 'sound'): {
-        'no rule: aten.take.default': 'take[]@mesh(3): no sharding rule for aten.take.default',
     },
     ('to_sparse', 'backward'): {
         'no rule: aten._to_sparse.default': "to_sparse[R]@mesh(2): NoShardingRuleError: aten._to_sparse.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -649,42 +318,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('torch._scaled_mm_v2', 'sound'): {
         'no rule: aten._scaled_mm_v2.default': 'torch._scaled_mm_v2[]@mesh(3): no sharding rule for aten._scaled_mm_v2.default',
     },
-    ('torch.ops.aten._safe_softmax.default', 'backward'): {
-        'no rule: aten._safe_softmax.default': "torch.ops.aten._safe_softmax.default[R]@mesh(2): NoShardingRuleError: aten._safe_softmax.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('torch.ops.aten._safe_softmax.default', 'forward'): {
-        'no rule: aten._safe_softmax.default': "torch.ops.aten._safe_softmax.default[R]@mesh(2): NoShardingRuleError: aten._safe_softmax.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('torch.ops.aten._safe_softmax.default', 'sound'): {
-        'no rule: aten._safe_softmax.default': 'torch.ops.aten._safe_softmax.default[]@mesh(3): no sharding rule for aten._safe_softmax.default',
-    },
-    ('trace', 'backward'): {
-        'no rule: aten.trace.default': "trace[R]@mesh(2): NoShardingRuleError: aten.trace.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('trace', 'forward'): {
-        'no rule: aten.trace.default': "trace[R]@mesh(2): NoShardingRuleError: aten.trace.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('trace', 'sound'): {
-        'no rule: aten.trace.default': 'trace[]@mesh(3): no sharding rule for aten.trace.default',
-    },
-    ('unfold', 'backward'): {
-        'no rule: aten.unfold.default': "unfold[R]@mesh(2): NoShardingRuleError: aten.unfold.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('unfold', 'forward'): {
-        'no rule: aten.unfold.default': "unfold[R]@mesh(2): NoShardingRuleError: aten.unfold.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('unfold', 'sound'): {
-        'no rule: aten.unfold.default': 'unfold[]@mesh(3): no sharding rule for aten.unfold.default',
-    },
-    ('unfold_copy', 'backward'): {
-        'no rule: aten.unfold_copy.default': "unfold_copy[R]@mesh(2): NoShardingRuleError: aten.unfold_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('unfold_copy', 'forward'): {
-        'no rule: aten.unfold_copy.default': "unfold_copy[R]@mesh(2): NoShardingRuleError: aten.unfold_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('unfold_copy', 'sound'): {
-        'no rule: aten.unfold_copy.default': 'unfold_copy[]@mesh(3): no sharding rule for aten.unfold_copy.default',
-    },
     ('unique', 'forward'): {
         'no rule: aten._unique2.default': "unique[R]@mesh(2): NoShardingRuleError: aten._unique2.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -696,18 +329,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('unique_consecutive', 'sound'): {
         'no rule: aten.unique_consecutive.default': 'unique_consecutive[]@mesh(3): no sharding rule for aten.unique_consecutive.default',
-    },
-    ('unravel_index', 'forward'): {
-        'no rule: aten.floor_divide.default': "unravel_index[R]@mesh(2): NoShardingRuleError: aten.floor_divide.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('view_copy', 'backward'): {
-        'no rule: aten.view_copy.default': "view_copy[R]@mesh(2): NoShardingRuleError: aten.view_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('view_copy', 'forward'): {
-        'no rule: aten.view_copy.default': "view_copy[R]@mesh(2): NoShardingRuleError: aten.view_copy.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('view_copy', 'sound'): {
-        'no rule: aten.view_copy.default': 'view_copy[]@mesh(3): no sharding rule for aten.view_copy.default',
     },
     # -- no strategy
     ('_native_batch_norm_legit', 'forward'): {
@@ -747,13 +368,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('nn.functional.soft_margin_loss', 'backward'): {
         'reference run raises RuntimeError': "nn.functional.soft_margin_loss[R;R]@mesh(2): RuntimeError: The function 'soft_margin_loss' is not differentiable with respect to argument 'target'. This input cannot have requires_grad True.",
-    },
-    # -- wrong values
-    ('tan', 'backward'): {
-        'wrong values': 'tan[P(sum)]@mesh(2): output 0: values differ: max abs error 4.77 (rtol 0.0001, atol 0.0001); ',
-    },
-    ('tan', 'forward'): {
-        'wrong values': 'tan[P(sum)]@mesh(2): output 0: values differ: max abs error 4.77 (rtol 0.0001, atol 0.0001); ',
     },
 }
 
