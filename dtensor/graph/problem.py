@@ -35,8 +35,16 @@ from dtensor.graph.costs import reshard_table
 from dtensor.graph.errors import AnnotationError
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
-from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
-                                fmt_placements, mixes_partial_families, normalize_placements)
+from dtensor.placements import (
+    Partial,
+    Placement,
+    PlacementError,
+    Replicate,
+    Shard,
+    fmt_placements,
+    mixes_partial_families,
+    normalize_placements,
+)
 
 HINT_PENALTY = 1e-6  # Note [graph sharding problem]
 Pl = tuple[Placement, ...]
