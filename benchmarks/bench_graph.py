@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
 import warnings
@@ -48,6 +49,11 @@ import simpg  # noqa: E402
 from dtensor import Replicate, Shard  # noqa: E402
 from dtensor.graph import Problem, ShardSpec, ShardingPlan, capture_train_step, run, solve  # noqa: E402
 from examples.models import bert, llama  # noqa: E402
+
+try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import readme_figures  # noqa: E402
+except ImportError:
+    from benchmarks import readme_figures  # noqa: E402
 
 MESH = (2, 4)
 R = Replicate()
@@ -235,7 +241,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="bert,llama")
     p.add_argument("--infer-only", action="store_true",
                    help="only time capture and inference (e.g. --layers 12)")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write the report into the README's bench-graph block")
+    argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
+    command = " ".join([".venv/bin/python", "benchmarks/bench_graph.py", *argv])
+    with readme_figures.tee() as report:
+        _report(args)
+    if args.write_readme:
+        readme_figures.write_readme("bench-graph", report.getvalue().strip(), command)
+
+
+def _report(args: argparse.Namespace) -> None:
     layers = args.layers or (1 if args.quick else 2)
     seq = args.seq or (16 if args.quick else 32)
     logging.getLogger("torch").setLevel(logging.ERROR)
@@ -243,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     print(f"# dtensor.graph: bytes per training step on mesh {MESH}, {layers} layer(s), "
           f"batch {args.batch} x {seq} tokens")
-    print(f"`{' '.join(['python'] + sys.argv)}`")
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
+          f"{time.strftime('%Y-%m-%dT%H:%M:%S')}")
     for name in args.models.split(","):
         if args.infer_only:
             cap, inf, nodes = infer_time(name, layers, seq, args.batch)

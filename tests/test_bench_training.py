@@ -44,6 +44,9 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
     assert "| bytes received/step, tp |" in out and "ours: PASS; torch: PASS" in out
 
 
+# slow tier: the benchmark's --gloo option (35 s of process start-up); training on gloo
+# is checked by test_train's torchrun test
+@pytest.mark.slow
 @pytest.mark.gloo
 def test_gloo_option_trains_both_libraries_on_two_processes(bench):
     argv = ["--quick", "--mesh", "1x2"]

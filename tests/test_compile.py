@@ -241,6 +241,8 @@ def test_partial_tangent_is_coerced_to_replicate() -> None:
 PROGRAM = Path(__file__).parent / "programs" / "compile_program.py"
 
 
+# slow tier: compiled on real gloo processes (35 s); compiled on simpg is the default run's
+@pytest.mark.slow
 @pytest.mark.gloo
 def test_compiled_program_on_gloo_matches_simpg(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("compile_program", PROGRAM)

@@ -128,6 +128,8 @@ def _program():
     return module
 
 
+# slow tier: the plan on real gloo processes (22 s); on simpg is the default run's
+@pytest.mark.slow
 @pytest.mark.gloo
 def test_training_step_on_gloo_equals_simpg_and_one_device(tmp_path):
     from gloo_runner import run_program_on_gloo
