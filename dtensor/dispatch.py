@@ -82,17 +82,17 @@ def fallback_policy(policy: str) -> Iterator[None]:
 
     >>> import torch, simpg
     >>> from dtensor import init_device_mesh, distribute_tensor, Shard
-    >>> def body():  # median has no sharding rule
+    >>> def body():  # nonzero has no sharding rule (its output shape depends on the data)
     ...     x = distribute_tensor(torch.arange(5.0), init_device_mesh("cpu", (2,)), [Shard(0)])
     ...     with fallback_policy("silent"):
-    ...         m = torch.median(x)  # gathered, no warning
+    ...         m = torch.nonzero(x)  # gathered, no warning
     ...     with fallback_policy("error"):
     ...         try:
-    ...             torch.median(x)
+    ...             torch.nonzero(x)
     ...         except NoShardingRuleError as e:
-    ...             return m.placements, m.to_local().item(), str(e)
+    ...             return m.placements, m.to_local().flatten().tolist(), str(e)
     >>> simpg.run(body, 2)[0]
-    ((Replicate(),), 2.0, "aten.median.default has no sharding rule (fallback policy 'error'); ...")
+    ((Replicate(),), [1, 2, 3, 4], "aten.nonzero.default has no sharding rule ...")
     """
     if policy not in _POLICIES:
         raise ValueError(f"fallback policy {policy!r}: expected one of {_POLICIES}")

@@ -12,7 +12,8 @@ from opdb_tests import coverage_readme
 
 README = rf.README.read_text()
 BENCHMARK_BLOCKS = ("bench-simpg", "bench-redistribute", "bench-training", "bench-training-gloo",
-                    "bench-dispatch", "bench-opdb")
+                    "bench-dispatch", "bench-opdb", "bench-checkpoint", "bench-scale",
+                    "bench-graph")
 
 
 @pytest.mark.parametrize("name", rf.names(README))
