@@ -119,7 +119,7 @@ class _Plan:
     """Everything a steady-state call needs, computed once per call signature."""
 
     decision: Decision  # None: the decomposition runs every such call (it had no strategy)
-    out_specs: tuple[tuple[DTensorSpec, TensorSpec], ...]
+    out_specs: tuple[DTensorSpec, ...]
     in_place: bool
     local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
     inplace_view: bool  # squeeze_, t_, ...: the written DTensor changes shape and placements
@@ -197,10 +197,8 @@ def dispatch(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
                     return args[entry.returns_arg]
                 make = cls._wrap
                 if entry.container is None:
-                    spec, tspec = entry.outs[0]
-                    return make(out, spec, tspec)
-                return entry.container(make(t, spec, tspec)
-                                       for t, (spec, tspec) in zip(out, entry.outs))
+                    return make(out, entry.outs[0])
+                return entry.container(make(t, spec) for t, spec in zip(out, entry.outs))
     return _dispatch(cls, func, args, kwargs)
 
 
@@ -310,8 +308,8 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
             t = tensors[i]
             t._local_tensor = redistribute_local_tensor(
                 t._local_tensor, mesh, t._spec.placements, moved[i], t._spec.shape)
-            t._spec = dataclasses.replace(t._spec, placements=moved[i])
-            t._tspec = dataclasses.replace(t._tspec, placements=moved[i])
+            t._spec = t._spec.with_placements(moved[i])
+            t._tspec = t._spec.tensor
         return True
     return False
 
@@ -374,7 +372,7 @@ def _fits_fast_path(plan: _Plan, tensors: list, args: tuple, DTensor: type) -> b
     if plan.in_place and not (len(sources) == 1 and sources[0] is not None
                               and sources[0][0] < len(args)
                               and type(args[sources[0][0]]) is DTensor
-                              and plan.out_specs[0][0] == args[sources[0][0]]._spec):
+                              and plan.out_specs[0] == args[sources[0][0]]._spec):
         return False  # one written argument, returned as it is, or the general path
     if any(type(a) not in (DTensor, torch.Tensor) and type(a) not in _SCALARS
            and not _int_list(a) for a in args):
@@ -407,11 +405,10 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
     specs = []
     for meta, p in zip(metas, decision.chosen.outputs):
         shape, stride = tuple(meta.shape), tuple(meta.stride())
-        specs.append((DTensorSpec(mesh, p, shape, stride, meta.dtype),
-                      TensorSpec(shape, stride, meta.dtype, p)))
+        specs.append(DTensorSpec(mesh, p, shape, stride, meta.dtype))
     local_out = None
     if shape_arg_positions(func) and specs:  # Note [global size arguments]
-        local_out = specs[0][0].local_shape()
+        local_out = specs[0].local_shape()
     boxes = None
     if decision.chosen.local:
         coord = mesh.get_coordinate()
@@ -478,8 +475,7 @@ def _run(DTensor: type, func: Any, args: tuple, kwargs: dict, tensors: list, pla
 
     def wrap(t: Any) -> Any:
         if isinstance(t, torch.Tensor):
-            spec, tspec = next(specs)
-            return DTensor(t, spec, requires_grad=False, tspec=tspec)
+            return DTensor(t, next(specs), requires_grad=False)
         if type(t) is list or type(t) is tuple:
             return type(t)(wrap(v) for v in t)
         return t
@@ -536,8 +532,8 @@ def _restride(func: Any, args: tuple, kwargs: dict, target: Any, plan: _Plan) ->
     """An in-place view op changed the local piece's shape: give the DTensor its new spec and
     its wrapper the new global sizes (as torch's return_and_correct_aliasing does: run the op
     on the wrapper's metadata only, under no_dispatch with meta in TLS)."""
-    spec, tspec = plan.out_specs[0]
-    target._spec, target._tspec = spec, tspec
+    spec = plan.out_specs[0]
+    target._spec, target._tspec = spec, spec.tensor
     with torch.utils._mode_utils.no_dispatch():
         meta_in_tls = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)

@@ -1,8 +1,9 @@
-"""DTensorSpec: everything about a DTensor except its local data. Frozen, so a cache key."""
+"""TensorSpec and DTensorSpec (a mesh and a TensorSpec): everything about a DTensor except its
+local data. Frozen, so cache keys."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -23,12 +24,65 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class DTensorSpec:
-    mesh: DeviceMesh
-    placements: tuple[Placement, ...]
+class TensorSpec:
+    """A global tensor's shape, strides, dtype and placements: what a sharding rule sees of
+    one tensor argument, and (with a mesh) what a DTensor is. Its hash is computed once:
+    specs are the cache keys of every dispatch."""
+
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
+    placements: tuple[Placement, ...]
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash",
+                           hash((self.shape, self.stride, self.dtype, self.placements)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class DTensorSpec:
+    """A DTensor without its local data: a mesh and the ``TensorSpec`` rules see (one spec
+    type: a DTensor's cache key is ``spec.tensor``, never a second copy of its fields)."""
+
+    mesh: DeviceMesh
+    tensor: TensorSpec
+
+    def __init__(self, mesh: DeviceMesh, placements: Sequence[Placement],
+                 shape: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> None:
+        object.__setattr__(self, "mesh", mesh)
+        object.__setattr__(self, "tensor", TensorSpec(tuple(shape), tuple(stride), dtype,
+                                                      tuple(placements)))
+
+    @classmethod
+    def of(cls, mesh: DeviceMesh, tensor: TensorSpec) -> DTensorSpec:
+        spec = object.__new__(cls)
+        object.__setattr__(spec, "mesh", mesh)
+        object.__setattr__(spec, "tensor", tensor)
+        return spec
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        return self.tensor.placements
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.tensor.shape
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        return self.tensor.stride
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tensor.dtype
 
     def local_shape(self, coordinate: Sequence[int] | None = None) -> tuple[int, ...]:
         coord = coordinate if coordinate is not None else self.mesh.get_coordinate()
@@ -37,7 +91,8 @@ class DTensorSpec:
         return local_shape(self.shape, self.mesh.shape, self.placements, coord)
 
     def with_placements(self, placements: Sequence[Placement]) -> DTensorSpec:
-        return DTensorSpec(self.mesh, tuple(placements), self.shape, self.stride, self.dtype)
+        t = self.tensor
+        return DTensorSpec(self.mesh, placements, t.shape, t.stride, t.dtype)
 
     @property
     def is_replicated(self) -> bool:

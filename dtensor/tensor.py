@@ -44,24 +44,24 @@ class DTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, local_tensor: torch.Tensor, spec: DTensorSpec, *,
-                requires_grad: bool, tspec: TensorSpec | None = None) -> DTensor:
+                requires_grad: bool) -> DTensor:
         r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
             cls, spec.shape, strides=spec.stride, dtype=spec.dtype, device=local_tensor.device,
             layout=local_tensor.layout, requires_grad=requires_grad,
         )
         r._local_tensor = local_tensor
         r._spec = spec
-        r._tspec = tspec or TensorSpec(spec.shape, spec.stride, spec.dtype, spec.placements)
+        r._tspec = spec.tensor
         return r
 
     @classmethod
-    def _wrap(cls, local_tensor: torch.Tensor, spec: DTensorSpec, tspec: TensorSpec) -> DTensor:
+    def _wrap(cls, local_tensor: torch.Tensor, spec: DTensorSpec) -> DTensor:
         """A new DTensor around an op's output (no autograd: dispatch runs below it)."""
         r = _make_wrapper(cls, spec.shape, strides=spec.stride, dtype=spec.dtype,
                           device=local_tensor.device, layout=local_tensor.layout)
         r._local_tensor = local_tensor
         r._spec = spec
-        r._tspec = tspec
+        r._tspec = spec.tensor
         return r
 
     def __repr__(self) -> str:  # type: ignore[override]
@@ -71,7 +71,7 @@ class DTensor(torch.Tensor):
     # -- copying and pickling (Note [pickling meshes] in dtensor.mesh) ----------------------
     def __deepcopy__(self, memo: dict) -> DTensor:
         new = DTensor(copy.deepcopy(self._local_tensor.detach(), memo), self._spec,
-                      requires_grad=self.requires_grad, tspec=self._tspec)
+                      requires_grad=self.requires_grad)
         for k, v in self.__dict__.items():  # _is_param (a Parameter), user attributes
             if k not in ("_local_tensor", "_spec", "_tspec"):
                 setattr(new, k, copy.deepcopy(v, memo))

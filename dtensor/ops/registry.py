@@ -16,32 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-import torch
-
 from dtensor.placements import Placement, fmt_placements
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """What a rule sees of one tensor argument. Its hash is computed once: specs are the
-    cache keys of every dispatch."""
-
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: torch.dtype
-    placements: tuple[Placement, ...]
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash",
-                           hash((self.shape, self.stride, self.dtype, self.placements)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
+from dtensor.spec import TensorSpec  # rules import it from here
 
 
 def _kinds(values: Iterable[Any]) -> tuple:
