@@ -17,7 +17,14 @@ vocabulary-sharded over mesh dim 1 (``[R,S(0)]``). Rows:
 - hand TP: ``tp_plan`` (tensor + sequence + loss parallel) over mesh dim 1 and ``replicate``
   (gradient all-reduce) over mesh dim 0, each dim-0 rank its rows of the batch;
 - inferred: ``dtensor.graph.infer`` on the captured training step, run by
-  ``dtensor.graph.run``.
+  ``dtensor.graph.run``, with the default objective (bytes plus compute at
+  ``COMPUTE_WEIGHT`` bytes per FLOP, Note [compute in the objective]);
+- inferred, bytes only: the same with ``compute_weight=0``.
+
+"FLOPs/rank" is measured while each row runs: the matmul and attention FLOPs (the formulas
+of ``dtensor.graph.compute``) of the local ops the most loaded rank runs, and in brackets
+their share of one device's; 1/8 = 12.5% is a full split over the 8 ranks. "params/rank" is
+the parameter bytes the most loaded rank holds (one device: the whole model).
 
 Bytes are what simpg's trace records (bytes received, summed over all ranks, ring
 algorithms); for the graph rows the plan's own figure (the planner's) is printed next to
@@ -39,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `examples` is not an installed package: run from anywhere
@@ -48,6 +56,7 @@ import dtensor  # noqa: E402
 import simpg  # noqa: E402
 from dtensor import Replicate, Shard  # noqa: E402
 from dtensor.graph import Problem, ShardSpec, ShardingPlan, capture_train_step, run, solve  # noqa: E402
+from dtensor.graph.compute import FORMULAS, local_shape, op_flops  # noqa: E402
 from examples.models import bert, llama  # noqa: E402
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
@@ -102,22 +111,51 @@ def graph_plans(case: Case) -> tuple[Any, dict[str, ShardingPlan], float]:
     problem = Problem(graph, MESH, annotations(case))
     inferred = ShardingPlan(problem, solve(problem, method="heuristic"))
     seconds = time.perf_counter() - start
+    bytes_problem = Problem(graph, MESH, annotations(case), compute_weight=0)
+    bytes_only = ShardingPlan(bytes_problem, solve(bytes_problem, method="heuristic"))
     fixed = annotations(case) | {n: ShardSpec([R, R]) for n, _ in case.model.named_parameters()
                                  if n != case.embedding}
-    rep_problem = Problem(graph, MESH, fixed)
+    rep_problem = Problem(graph, MESH, fixed, compute_weight=0)
     replicated = ShardingPlan(rep_problem, solve(rep_problem, method="heuristic"))
-    return graph, {"replicated": replicated, "inferred": inferred}, seconds
+    return graph, {"replicated": replicated, "inferred": inferred,
+                   "bytes only": bytes_only}, seconds
 
 
-def run_plan(plan: ShardingPlan, flat: list[torch.Tensor]) -> tuple[int, list[torch.Tensor]]:
+def plan_param_bytes(case: Case, plan: ShardingPlan) -> int:
+    return sum(math.prod(local_shape(p.shape, plan.placements(n), MESH)) * p.element_size()
+               for n, p in case.model.named_parameters())
+
+
+class FlopCount(TorchDispatchMode):
+    """Matmul and attention FLOPs of the local ops this thread runs (its rank's): a DTensor
+    call is declined (NotImplemented), so the mode sees the plain-tensor ops the runtime runs
+    on each piece; shape inference on meta tensors is skipped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(t is not torch.Tensor for t in types):
+            return NotImplemented
+        kwargs = kwargs or {}
+        if func in FORMULAS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            if all(t.device.type != "meta" for t in tensors):
+                self.flops += op_flops(func, (), {}, [tuple(t.shape) for t in tensors], [])
+        return func(*args, **kwargs)
+
+
+def run_plan(plan: ShardingPlan, flat: list[torch.Tensor]
+             ) -> tuple[int, int, list[torch.Tensor]]:
     def body():
         mesh = dtensor.init_device_mesh("cpu", MESH)
-        with simpg.trace() as t:
+        with simpg.trace() as t, FlopCount() as fc:
             outs = run(plan, mesh, *flat)
-        return _mine(t.records), [o.full_tensor() for o in outs]
+        return _mine(t.records), fc.flops, [o.full_tensor() for o in outs]
 
     results = simpg.run(body, math.prod(MESH), timeout=600)
-    return sum(b for b, _ in results), results[0][1]
+    return sum(r[0] for r in results), max(r[1] for r in results), results[0][2]
 
 
 def _mine(records) -> int:
@@ -146,15 +184,23 @@ def run_eager(case: Case) -> tuple[int, list[torch.Tensor]]:
         targets = dtensor.distribute_tensor(case.targets, mesh, [Shard(0), R],
                                             src_data_rank=None)
         params = [t for n, t in state.items() if t.requires_grad]
-        with simpg.trace() as t:
+        with simpg.trace() as t, FlopCount() as fc:
             loss = case.loss_fn(functional_call(model, state, (tokens,)), targets)
             loss = loss.redistribute(mesh, [R, R])
             loss.to_local().backward()
             grads = [p.grad.redistribute(mesh, p.placements) for p in params]
-        return _mine(t.records), [loss.full_tensor()] + [g.full_tensor() for g in grads]
+        held = sum(p.to_local().numel() * p.element_size() for p in params)
+        return (_mine(t.records), fc.flops, held,
+                [loss.full_tensor()] + [g.full_tensor() for g in grads])
 
-    results = simpg.run(body, math.prod(MESH), timeout=600)
-    return sum(b for b, _ in results), results[0][1]
+    return _gather(simpg.run(body, math.prod(MESH), timeout=600))
+
+
+def _gather(results) -> tuple[int, int, int, list[torch.Tensor]]:
+    """(bytes summed over ranks, the most loaded rank's FLOPs and parameter bytes, rank 0's
+    outputs)."""
+    return (sum(r[0] for r in results), max(r[1] for r in results),
+            max(r[2] for r in results), results[0][3])
 
 
 # -- hand-written plan -----------------------------------------------------------------------------
@@ -175,19 +221,26 @@ def run_hand(case: Case) -> tuple[int, list[torch.Tensor]]:
         replicate(model, mesh["dp"])
         dp, n = mesh.get_local_rank("dp"), MESH[0]
         rows = slice(dp * case.tokens.shape[0] // n, (dp + 1) * case.tokens.shape[0] // n)
-        with simpg.trace() as t:
+        # the loss is a mean over the counted targets (BERT: the masked ones, which the dp
+        # ranks hold different numbers of); ``replicate`` averages the dp ranks' gradients,
+        # so each rank's mean is weighted by its share of the global count: the average of
+        # the weighted means is the global mean
+        counted = case.targets != bert.IGNORE if case.name == "bert" else case.targets >= 0
+        scale = float(counted[rows].sum()) * n / float(counted.sum())
+        with simpg.trace() as t, FlopCount() as fc:
             with loss_parallel():
-                loss = case.loss_fn(model(case.tokens[rows]), case.targets[rows])
+                loss = case.loss_fn(model(case.tokens[rows]), case.targets[rows]) * scale
                 loss.backward()
         loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
         loss = loss.detach().reshape(1)
         dist.all_reduce(loss, group=mesh.get_group("dp"))
         grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
                  for p in model.parameters()]
-        return _mine(t.records), [loss[0] / n] + grads
+        held = sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size()
+                   for p in model.parameters())
+        return _mine(t.records), fc.flops, held, [loss[0] / n] + grads
 
-    results = simpg.run(body, math.prod(MESH), timeout=600)
-    return sum(b for b, _ in results), results[0][1]
+    return _gather(simpg.run(body, math.prod(MESH), timeout=600))
 
 
 # -- table -----------------------------------------------------------------------------------------
@@ -201,23 +254,31 @@ def max_rel_err(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
     return worst
 
 
-def bench(case: Case) -> list[tuple[str, int, str, float]]:
+Row = tuple[str, int, int, int, str, float]  # label, bytes, FLOPs/rank, params/rank, ...
+
+
+def bench(case: Case) -> tuple[int, list[Row]]:
+    """One device's matmul FLOPs, and the rows of the table."""
     graph, plans, seconds = graph_plans(case)
     flat = flat_inputs(case)
-    reference = list(graph(*flat))
-    rows = []
-    for label, plan in (("replicated", plans["replicated"]),):
-        got, outs = run_plan(plan, flat)
-        rows.append((label, got, f"plan {plan.total_bytes}", max_rel_err(outs, reference)))
-    got, outs = run_eager(case)
-    rows.append(("eager propagation", got, "", max_rel_err(outs, reference)))
-    got, outs = run_hand(case)
-    rows.append(("hand TP (tp_plan + replicate)", got, "", max_rel_err(outs, reference)))
-    plan = plans["inferred"]
-    got, outs = run_plan(plan, flat)
-    rows.append(("inferred", got, f"plan {plan.total_bytes}, inference {seconds:.1f} s",
+    with FlopCount() as fc:
+        reference = list(graph(*flat))
+    rows: list[Row] = []
+
+    def graph_row(label: str, plan: ShardingPlan, note: str) -> None:
+        got, flops, outs = run_plan(plan, flat)
+        rows.append((label, got, flops, plan_param_bytes(case, plan),
+                     f"plan {plan.total_bytes}{note}", max_rel_err(outs, reference)))
+
+    graph_row("replicated", plans["replicated"], "")
+    got, flops, held, outs = run_eager(case)
+    rows.append(("eager propagation", got, flops, held, "", max_rel_err(outs, reference)))
+    got, flops, held, outs = run_hand(case)
+    rows.append(("hand TP (tp_plan + replicate)", got, flops, held, "",
                  max_rel_err(outs, reference)))
-    return rows
+    graph_row("inferred, bytes only", plans["bytes only"], "")
+    graph_row("inferred", plans["inferred"], f", inference {seconds:.1f} s")
+    return fc.flops, rows
 
 
 def infer_time(name: str, layers: int, seq: int, batch: int) -> tuple[float, float, int]:
@@ -258,7 +319,7 @@ def _report(args: argparse.Namespace) -> None:
     logging.getLogger("torch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    print(f"# dtensor.graph: bytes per training step on mesh {MESH}, {layers} layer(s), "
+    print(f"# dtensor.graph: bytes and compute per training step on mesh {MESH}, {layers} layer(s), "
           f"batch {args.batch} x {seq} tokens")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%dT%H:%M:%S')}")
@@ -267,11 +328,16 @@ def _report(args: argparse.Namespace) -> None:
             cap, inf, nodes = infer_time(name, layers, seq, args.batch)
             print(f"{name}: {nodes} graph nodes, capture {cap:.1f} s, inference {inf:.1f} s")
             continue
-        print(f"\n## {name}\n")
-        print("| configuration | bytes/step (simpg) | notes | max rel. err vs 1 device |")
-        print("|---|---:|---|---:|")
-        for label, got, note, err in bench(make_case(name, layers, seq, args.batch)):
-            print(f"| {label} | {got:,} | {note} | {err:.1e} |")
+        case = make_case(name, layers, seq, args.batch)
+        whole, rows = bench(case)
+        params = sum(p.numel() * p.element_size() for p in case.model.parameters())
+        print(f"\n## {name}: one device {whole:,} matmul FLOPs, {params:,} parameter bytes\n")
+        print("| configuration | bytes/step (simpg) | FLOPs/rank (share) | params/rank | notes "
+              "| max rel. err vs 1 device |")
+        print("|---|---:|---:|---:|---|---:|")
+        for label, got, flops, held, note, err in rows:
+            print(f"| {label} | {got:,} | {flops:,} ({flops / whole:.1%}) | {held:,} | {note} "
+                  f"| {err:.1e} |")
 
 
 if __name__ == "__main__":

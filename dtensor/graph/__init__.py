@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from dtensor.graph.annotate import ShardSpec, shard_hint
 from dtensor.graph.capture import CapturedGraph, capture, capture_fn, capture_train_step
+from dtensor.graph.compute import COMPUTE_WEIGHT
 from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
 from dtensor.graph.expand import ExpansionError, run
 from dtensor.graph.infer import Solution, solve
@@ -27,16 +28,18 @@ from dtensor.graph.show import Reshard, ShardingPlan
 
 def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
           annotations: dict[str, ShardSpec] | None = None, *,
-          method: str = "auto") -> ShardingPlan:
+          method: str = "auto", compute_weight: float = COMPUTE_WEIGHT) -> ShardingPlan:
     """Placements for every value of ``graph`` on a mesh of ``mesh_shape``, given
     ``annotations`` (value name -> ShardSpec) and the ``shard_hint`` calls in the graph.
-    ``method``: "auto", "exact", "heuristic" or "greedy" (Note [graph sharding search])."""
-    problem = Problem(graph, mesh_shape, annotations)
+    ``method``: "auto", "exact", "heuristic" or "greedy" (Note [graph sharding search]).
+    The plan minimises bytes moved plus ``compute_weight`` (bytes per FLOP) times the FLOPs
+    every rank does (Note [compute in the objective]); 0 minimises bytes only."""
+    problem = Problem(graph, mesh_shape, annotations, compute_weight=compute_weight)
     return ShardingPlan(problem, solve(problem, method=method))
 
 
 __all__ = [
-    "AnnotationError", "CaptureError", "CapturedGraph", "ExpansionError", "GraphShardingError",
+    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "ExpansionError", "GraphShardingError",
     "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
     "capture_train_step", "infer", "run", "shard_hint", "solve",
 ]

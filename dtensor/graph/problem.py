@@ -31,6 +31,7 @@ from torch import fx
 
 from dtensor.graph.annotate import HINT_OP, ShardSpec
 from dtensor.graph.capture import CapturedGraph
+from dtensor.graph.compute import COMPUTE_WEIGHT, local_shape, op_flops
 from dtensor.graph.costs import reshard_table
 from dtensor.graph.errors import AnnotationError
 from dtensor.ops.propagate import per_dim_strategies
@@ -66,9 +67,10 @@ class Value:
 class Option:
     inputs: tuple[Pl, ...]
     outputs: tuple[Pl, ...]
-    penalty: float = 0.0
+    penalty: float = 0.0  # hint miss + compute_weight * FLOPs over all ranks (bytes)
     ins: tuple[int, ...] = ()  # the same placements as ids (Problem.pl_id): fast to compare
     outs: tuple[int, ...] = ()
+    flops: int = 0  # FLOPs of the most loaded rank (Note [compute in the objective])
 
 
 @dataclass
@@ -98,9 +100,15 @@ class Problem:
     """Units, values, edges and the cost of an assignment (Note [graph sharding problem])."""
 
     def __init__(self, graph: CapturedGraph, mesh_shape: Sequence[int],
-                 annotations: dict[str, ShardSpec] | None = None) -> None:
+                 annotations: dict[str, ShardSpec] | None = None, *,
+                 compute_weight: float = COMPUTE_WEIGHT) -> None:
+        if not compute_weight >= 0:
+            raise ValueError(f"Problem(compute_weight={compute_weight!r}): expected bytes per "
+                             "FLOP >= 0 (0: bytes only)")
         self.graph = graph
         self.mesh_shape = tuple(int(m) for m in mesh_shape)
+        self.compute_weight = float(compute_weight)
+        self.whole_flops: dict[int, int] = {}  # unit -> FLOPs of its op on one device
         self.units: list[Unit] = []
         self.values: list[Value] = []
         self.sinks: list[Sink] = []
@@ -238,19 +246,21 @@ class Problem:
         if node.target in REGISTRY:
             if op not in self._options_of:  # layers repeat their calls: rules run once
                 try:
-                    self._options_of[op] = strategies(op)
+                    self._options_of[op] = self._with_flops(op, outs, strategies(op))
                 except (PlacementError, ValueError, RuntimeError, NotImplementedError):
                     self._options_of[op] = []
             found = self._options_of[op]
         kind = "op"
         if not found:  # the runtime gathers and computes whole (its fallback)
             kind = "fallback"
-            found = [Option((self.replicate,) * n_in,
-                            tuple(self.replicate for _ in outs))]
+            found = self._with_flops(op, outs, [Option((self.replicate,) * n_in,
+                                                       tuple(self.replicate for _ in outs))])
+        self.whole_flops[len(self.units)] = self._flops(op, outs, None)
         if spec is not None:  # an annotated intermediate: its first output
             keep = [o for o in found if o.outputs and o.outputs[0] == spec.placements]
             if spec.mutable:
-                found = [Option(o.inputs, o.outputs, _miss(spec, o.outputs[0])) for o in found]
+                found = [Option(o.inputs, o.outputs, _miss(spec, o.outputs[0]), flops=o.flops)
+                         for o in found]
             elif keep:
                 found = keep
             else:
@@ -258,6 +268,41 @@ class Problem:
                                       f"{fmt_placements(spec.placements)}; annotate it with "
                                       "shard_hint instead to have it resharded")
         return kind, found
+
+    def _with_flops(self, op: OpSpec, outs: list[int], options: list[Option]) -> list[Option]:
+        return [Option(o.inputs, o.outputs, o.penalty, flops=self._flops(op, outs, o))
+                for o in options]
+
+    def _flops(self, op: OpSpec, outs: list[int], o: Option | None) -> int:
+        """FLOPs of the most loaded rank running ``op`` under option ``o`` (None: one device,
+        whole shapes): Note [compute in the objective]."""
+        m = self.mesh_shape
+
+        def local(shape: tuple[int, ...], pl: Pl | None) -> tuple[int, ...]:
+            return tuple(shape) if pl is None else local_shape(shape, pl, m)
+
+        tensors = op.tensors()
+        ins = [local(t.shape, None if o is None else o.inputs[i]) for i, t in enumerate(tensors)]
+        shapes = [self.values[v].shape for v in outs if v >= 0]
+        outs_pl = [] if o is None else [p for v, p in zip(outs, o.outputs) if v >= 0]
+        out_shapes = [local(s, outs_pl[i] if o is not None and i < len(outs_pl) else None)
+                      for i, s in enumerate(shapes)]
+        it = iter(ins)
+
+        def sub(a: Any) -> Any:
+            if isinstance(a, TensorSpec):
+                return torch.Size(next(it))
+            if isinstance(a, tuple):
+                return tuple(sub(x) for x in a)
+            return a
+
+        args = sub(op.args)
+        kwargs = {k: sub(v) for k, v in op.kwargs}
+        return op_flops(op.op, args, kwargs, ins, out_shapes)
+
+    def flops(self, choice: Sequence[int]) -> int:
+        """FLOPs the most loaded rank does in a step under ``choice`` (ops summed)."""
+        return sum(u.options[choice[u.id]].flops for u in self.units)
 
     def _add_sinks(self, annotations: dict[Any, ShardSpec]) -> None:
         out = next(n for n in self.graph.gm.graph.nodes if n.op == "output")
@@ -298,8 +343,10 @@ class Problem:
         return i
 
     def _interned(self, o: Option) -> Option:
-        return Option(o.inputs, o.outputs, o.penalty, tuple(self.pl_id(p) for p in o.inputs),
-                      tuple(self.pl_id(p) for p in o.outputs))
+        compute = self.compute_weight * math.prod(self.mesh_shape) * o.flops
+        return Option(o.inputs, o.outputs, o.penalty + compute,
+                      tuple(self.pl_id(p) for p in o.inputs),
+                      tuple(self.pl_id(p) for p in o.outputs), o.flops)
 
     def _class_of(self, v: Value) -> int:
         """Note [even dims scale]: a dim whose size divides by the whole mesh's size is cut

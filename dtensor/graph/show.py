@@ -50,6 +50,10 @@ class ShardingPlan:
         self.mesh_shape = problem.mesh_shape
         self.reshards = self._reshards()
         self.total_bytes = sum(r.bytes for r in self.reshards)
+        #: FLOPs of the most loaded rank in one run, and of one device running it all
+        #: (Note [compute in the objective]); their ratio is the share each rank does
+        self.flops_per_rank = problem.flops(solution.choice)
+        self.whole_flops = sum(problem.whole_flops.values())
 
     # -- queries -------------------------------------------------------------------------------
     def option(self, node: fx.Node):
@@ -106,7 +110,8 @@ class ShardingPlan:
         for r in self.reshards:
             by_consumer.setdefault(r.consumer, []).append(r)
         lines = [f"ShardingPlan on mesh {self.mesh_shape}: {self.total_bytes} bytes, "
-                 f"{len(self.reshards)} reshards, {self.solution.method}"
+                 f"{len(self.reshards)} reshards, {self.flops_per_rank} of "
+                 f"{self.whole_flops} FLOPs per rank, {self.solution.method}"
                  f"{' (proven optimal)' if self.solution.exact else ''}, "
                  f"{self.solution.seconds:.2f} s"]
         for u in p.units:
@@ -150,8 +155,9 @@ class ShardingPlan:
         why = self.solution.stage.get(unit.id, "search")
         if spec is not None or hint is not None:
             why += f"; mutable hint {spec or hint}"
-        lines = [f"{name} is {here}: chosen by {why}; the bytes on its edges are "
-                 f"{now:.0f} (inputs, consumers and output ties)"]
+        lines = [f"{name} is {here}: chosen by {why}; the cost on its edges is "
+                 f"{now:.0f} (bytes of inputs, consumers and output ties, plus its compute "
+                 f"at {p.compute_weight:g} B/FLOP)"]
         if unit.kind not in ("input", "const"):
             opt = unit.options[choice[unit.id]]
             lines.append(f"  strategy: {', '.join(fmt_placements(i) for i in opt.inputs)} -> "
@@ -159,7 +165,7 @@ class ShardingPlan:
         for delta, b in alts[:5]:
             o = unit.options[b]
             lines.append(f"  instead {' '.join(fmt_placements(x) for x in o.outputs)}: "
-                         f"{delta:+.0f} bytes")
+                         f"{delta:+.0f}")
         if len(alts) > 5:
             lines.append(f"  ... {len(alts) - 5} more, none cheaper")
         return "\n".join(lines)
