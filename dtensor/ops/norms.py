@@ -1,4 +1,4 @@
-"""Normalization: softmax/log_softmax, layer_norm, rms_norm, group_norm, batch_norm, and the
+"""Normalization: softmax/log_softmax, layer_norm, rms_norm, batch_norm, and the
 backward ops they emit. (relu/gelu/silu/tanh and their backward ops are tagged pointwise and
 take the generic rule.)
 
@@ -131,24 +131,7 @@ def rms_norm_backward(op: OpSpec) -> list[Strategy]:
     return _row_norm_backward(op, 2, 5)
 
 
-# --- group_norm: N, C and HxW are arguments --------------------------------------------------
-
-
-@sharding_rule(aten.native_group_norm.default)
-def group_norm(op: OpSpec) -> list[Strategy]:
-    """``native_group_norm(x, weight, bias, N, C, HxW, group, eps)``. The batch dim would be
-    sound mathematically, but N is passed as an argument and the kernel checks
-    ``x.numel() == N * C * HxW`` against the local piece: a rule cannot rewrite N, so R."""
-    return [_replicate(op, 3)]
-
-
-@sharding_rule(aten.native_group_norm_backward.default)
-def group_norm_backward(op: OpSpec) -> list[Strategy]:
-    """``(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)``: R (N is an
-    argument, see ``group_norm``), or Partial grad_out (Note [backward is linear in
-    grad_out])."""
-    n = _n_masked(op, 9)
-    return [_replicate(op, n)] + _grad_partials(op, n)
+# --- group_norm: in norms_more (its N, C and group arguments need a local function) ------
 
 
 # --- batch_norm: statistics over every dim but the channel dim 1 -----------------------------
