@@ -281,15 +281,17 @@ def bench(case: Case) -> tuple[int, list[Row]]:
     return fc.flops, rows
 
 
-def infer_time(name: str, layers: int, seq: int, batch: int) -> tuple[float, float, int]:
+def infer_time(name: str, layers: int, seq: int, batch: int
+               ) -> tuple[float, float, int, ShardingPlan]:
     case = make_case(name, layers, seq, batch)
     start = time.perf_counter()
     graph = capture_train_step(case.model, case.loss_fn, [case.tokens], [case.targets])
     captured = time.perf_counter() - start
     start = time.perf_counter()
     problem = Problem(graph, MESH, annotations(case))
-    solve(problem, method="heuristic")
-    return captured, time.perf_counter() - start, len(graph.gm.graph.nodes)
+    solution = solve(problem, method="heuristic")
+    seconds = time.perf_counter() - start
+    return captured, seconds, len(graph.gm.graph.nodes), ShardingPlan(problem, solution)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -325,8 +327,10 @@ def _report(args: argparse.Namespace) -> None:
           f"{time.strftime('%Y-%m-%dT%H:%M:%S')}")
     for name in args.models.split(","):
         if args.infer_only:
-            cap, inf, nodes = infer_time(name, layers, seq, args.batch)
-            print(f"{name}: {nodes} graph nodes, capture {cap:.1f} s, inference {inf:.1f} s")
+            cap, inf, nodes, plan = infer_time(name, layers, seq, args.batch)
+            print(f"{name}: {nodes} graph nodes, capture {cap:.1f} s, inference {inf:.1f} s; "
+                  f"plan {plan.total_bytes:,} bytes, the most loaded rank "
+                  f"{plan.flops_per_rank / plan.whole_flops:.1%} of one device's FLOPs")
             continue
         case = make_case(name, layers, seq, args.batch)
         whole, rows = bench(case)

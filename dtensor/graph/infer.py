@@ -224,9 +224,11 @@ def _redecide(problem: Problem, base: list[int], move: dict[int, int], consumers
         u = units[uid]
         if u.kind == "input" and consumers_only:
             continue
-        b = (_cheapest(problem, choice, u) if consumers_only else
-             min(range(len(u.options)), key=lambda b: (local_cost(problem, choice, u, b),
-                                                      b != choice[uid])))
+        if consumers_only:
+            b = _cheapest(problem, choice, u)
+        else:
+            costs = local_costs(problem, choice, u)
+            b = min(range(len(u.options)), key=lambda b: (costs[b], b != choice[uid]))
         if b != choice[uid]:
             choice[uid] = b
             changed.add(uid)
@@ -244,11 +246,16 @@ def _cheapest(problem: Problem, choice: list[int], u: Unit) -> int:
     sinks = [s for s in problem.sink_of.get(u.id, ()) if values[s.value].unit == u.id]
     partials = problem.partials(u.id)
     best, best_key = 0, None
+    memo: dict[tuple[int, int], float] = {}  # options share most of their input placements
     for b, opt in enumerate(u.options):
         c = opt.penalty
         for k, src in enumerate(srcs):
-            if src != opt.ins[k]:
-                c += problem.bytes_ids(u.inputs[k], src, opt.ins[k])
+            dst = opt.ins[k]
+            if src != dst:
+                r = memo.get((k, dst))
+                if r is None:
+                    r = memo[(k, dst)] = problem.bytes_ids(u.inputs[k], src, dst)
+                c += r
         for s in sinks:
             tie = units[s.tie].options[choice[s.tie]].outs[0] if s.tie is not None else -1
             c += problem.sink_cost(s, opt.outs[values[s.value].index], tie)
@@ -314,6 +321,50 @@ def local_cost(problem: Problem, choice: list[int], u: Unit, b: int) -> float:
     return c
 
 
+def local_costs(problem: Problem, choice: list[int], u: Unit) -> list[float]:
+    """``local_cost`` of every option of ``u`` at once: its neighbours' placements are looked
+    up once, not once per option (the search's inner loop)."""
+    units, values = problem.units, problem.values
+    srcs = []
+    for vid in u.inputs:
+        v = values[vid]
+        srcs.append(units[v.unit].options[choice[v.unit]].outs[v.index])
+    dsts = []
+    for cu, k in u.consumers:
+        vid = units[cu].inputs[k]
+        dsts.append((vid, values[vid].index, units[cu].options[choice[cu]].ins[k]))
+    sinks = problem.sink_of.get(u.id, ())
+    bytes_ids, inputs = problem.bytes_ids, u.inputs
+    out = []
+    memo: dict[tuple[int, int, int], float] = {}  # options share most of their placements
+    for opt in u.options:
+        c = opt.penalty
+        for k, src in enumerate(srcs):
+            dst = opt.ins[k]
+            if src != dst:
+                r = memo.get((0, k, dst))
+                if r is None:
+                    r = memo[(0, k, dst)] = bytes_ids(inputs[k], src, dst)
+                c += r
+        for j, (vid, index, dst) in enumerate(dsts):
+            src = opt.outs[index]
+            if src != dst:
+                r = memo.get((1, j, src))
+                if r is None:
+                    r = memo[(1, j, src)] = bytes_ids(vid, src, dst)
+                c += r
+        for s in sinks:
+            v = values[s.value]
+            src = opt.outs[v.index] if v.unit == u.id else problem.out_id(choice, s.value)
+            tie = -1
+            if s.tie is not None:
+                tie = (opt.outs[0] if s.tie == u.id else
+                       units[s.tie].options[choice[s.tie]].outs[0])
+            c += problem.sink_cost(s, src, tie)
+        out.append(c)
+    return out
+
+
 def improve(problem: Problem, choice: list[int], stage: dict[int, str] | None = None,
             max_sweeps: int = 6) -> list[int]:
     """Stage 3 of Note [graph sharding search]."""
@@ -322,9 +373,10 @@ def improve(problem: Problem, choice: list[int], stage: dict[int, str] | None = 
     for sweep in range(max_sweeps):
         changed = False
         for u in (order if sweep % 2 == 0 else order[::-1]):
-            here = local_cost(problem, choice, u, choice[u.id])
-            for b in range(len(u.options)):
-                if b != choice[u.id] and (c := local_cost(problem, choice, u, b)) < here - EPS:
+            costs = local_costs(problem, choice, u)  # a unit's own option is not among them
+            here = costs[choice[u.id]]
+            for b, c in enumerate(costs):
+                if b != choice[u.id] and c < here - EPS:
                     choice[u.id], here, changed = b, c, True
                     if stage is not None:
                         stage[u.id] = "local improvement"
@@ -335,7 +387,7 @@ def improve(problem: Problem, choice: list[int], stage: dict[int, str] | None = 
 
 # -- stage 4: reshard repair ---------------------------------------------------------------------
 def repair(problem: Problem, choice: list[int], stage: dict[int, str] | None = None,
-           max_rounds: int = 2, limit: int = 48) -> list[int]:
+           max_rounds: int = 2, limit: int = 48, max_tries: int | None = None) -> list[int]:
     """Stage 4 of Note [graph sharding search]: each reshard, costliest first, tries the
     options of its ends that make it cheaper, with the chain of re-decisions it starts."""
     choice = list(choice)
@@ -348,7 +400,8 @@ def repair(problem: Problem, choice: list[int], stage: dict[int, str] | None = N
                 tries = sorted((c, b) for b in range(len(problem.units[uid].options))
                                if b != choice[uid] and (c := price(b)) < here - EPS)
                 if any(_try_move(problem, choice, {uid: b}, stage, "reshard repair",
-                                 consumers_only=False, limit=limit) for _, b in tries):
+                                 consumers_only=False, limit=limit)
+                       for _, b in tries[:max_tries]):
                     moved = True
                     break
         if not moved:

@@ -117,6 +117,7 @@ class Problem:
         self.pls: list[Pl] = []  # placement lists by id
         self._pl_ids: dict[Pl, int] = {}
         self._cls: list[int] = []  # value id -> its cost class
+        self._vcosts: list[dict[int, int]] = []  # value id -> its class's table (below)
         self._classes: dict[tuple, int] = {}
         self._costs: list[dict[int, int]] = []  # per class: (src id << 20 | dst id) -> bytes
         self._class_info: list[tuple] = []
@@ -176,6 +177,7 @@ class Problem:
         cls = self._class_of(v)
         canon, itemsize = self._class_info[cls]
         self._cls.append(cls)
+        self._vcosts.append(self._costs[cls])
         self._scale.append(math.prod(v.shape) * v.itemsize // max(math.prod(canon), 1)
                            if math.prod(canon) else 0)
         return v.id
@@ -369,14 +371,12 @@ class Problem:
         """Bytes to move value ``vid`` from placement id ``a`` to ``b`` (planner-minimal)."""
         if a == b:
             return 0
-        cls = self._cls[vid]
-        table = self._costs[cls]
-        key = a << 20 | b
-        r = table.get(key)
+        r = self._vcosts[vid].get(a << 20 | b)
         if r is None:  # Note [reshard tables]
+            cls = self._cls[vid]
             shape, itemsize = self._class_info[cls]
-            r = table[key] = reshard_table(self.mesh_shape, shape, itemsize).bytes(
-                self.pls[a], self.pls[b])
+            r = self._costs[cls][a << 20 | b] = reshard_table(
+                self.mesh_shape, shape, itemsize).bytes(self.pls[a], self.pls[b])
         return r * self._scale[vid]
 
     def bytes(self, vid: int, src: Pl, dst: Pl) -> float:
