@@ -321,8 +321,8 @@ def _report(args: argparse.Namespace) -> None:
     logging.getLogger("torch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    print(f"# dtensor.graph: bytes and compute per training step on mesh {MESH}, {layers} layer(s), "
-          f"batch {args.batch} x {seq} tokens")
+    print(f"# dtensor.graph: bytes and compute per training step on mesh {MESH}, "
+          f"{layers} layer(s), batch {args.batch} x {seq} tokens")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%dT%H:%M:%S')}")
     for name in args.models.split(","):

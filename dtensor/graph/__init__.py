@@ -39,7 +39,7 @@ def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
 
 
 __all__ = [
-    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "ExpansionError", "GraphShardingError",
-    "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
-    "capture_train_step", "infer", "run", "shard_hint", "solve",
+    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "ExpansionError",
+    "GraphShardingError", "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution",
+    "capture", "capture_fn", "capture_train_step", "infer", "run", "shard_hint", "solve",
 ]

@@ -1,5 +1,6 @@
-"""Search: one option per unit minimising the bytes communicated (Note [graph sharding
-problem] in ``dtensor.graph.problem``).
+"""Search: one option per unit minimising the cost (bytes communicated plus priced compute:
+Note [graph sharding problem] in ``dtensor.graph.problem``, Note [compute in the objective] in
+``dtensor.graph.compute``).
 
 Note [graph sharding search]
 - Small problems are solved exactly: depth-first branch and bound over the units, each
