@@ -18,15 +18,18 @@ from __future__ import annotations
 import functools
 import itertools
 import shlex
+import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dtensor.placements import Partial, Placement, Replicate, Shard
+
+T = TypeVar("T")
 
 # -- entries ---------------------------------------------------------------------------------
 
@@ -145,6 +148,32 @@ def _generate(e: Entry) -> Iterator[tuple[int, Any]]:
         raise SampleGenerationError(e.key, with_traceback(ex)) from ex
 
 
+# Note [samples on a shallow stack]
+# torch's sample_inputs looks for the unittest method running it with ``inspect.stack()``
+# (twice per call: extract_test_fn), and every sample it yields reseeds through
+# ``torch.manual_seed``, which stores ``traceback.format_stack()`` for the lazy CUDA, XPU and
+# MTIA seeds. Both cost in proportion to the caller's stack, and under pytest and hypothesis
+# that stack is deep: a sixth of a test_op run went to them. A fresh thread has a stack of a
+# few frames, so samples are generated on one, the caller waiting: no test method is found in
+# either case (the samples are the same), the RNG is the process's one generator, and grad
+# mode starts enabled in a new thread as it is here.
+def _on_shallow_stack(fn: Callable[[], T]) -> T:
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as ex:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = ex
+
+    t = threading.Thread(target=body, name="opdb-samples")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _unusable(leaves: list) -> str | None:
     """Why a sample cannot be a case, or None if it can."""
     tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
@@ -161,28 +190,35 @@ def samples(e: Entry, limit: int | None = None) -> tuple[Sample, ...]:
     """The entry's samples (the first ``limit``) whose tensors are plain dense CPU tensors
     with at least one tensor in the call. Raises ``SampleGenerationError`` if the OpInfo's
     generator raises before ``limit`` usable samples."""
-    out: list[Sample] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.manual_seed(0)
-        for i, s in _generate(e):
-            args = (s.input, *s.args)
-            if _unusable(pytree.tree_leaves((args, s.kwargs))) is None:
-                out.append(Sample(i, args, dict(s.kwargs)))
-            if limit is not None and len(out) >= limit:
-                break
-    return tuple(out)
+    def generate() -> tuple[Sample, ...]:
+        out: list[Sample] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(0)
+            for i, s in _generate(e):
+                args = (s.input, *s.args)
+                if _unusable(pytree.tree_leaves((args, s.kwargs))) is None:
+                    out.append(Sample(i, args, dict(s.kwargs)))
+                if limit is not None and len(out) >= limit:
+                    break
+        return tuple(out)
+
+    return _on_shallow_stack(generate)  # Note [samples on a shallow stack]
 
 
 def no_case_reason(e: Entry) -> str:
     """Why an entry has no usable sample: the distinct reasons over all its samples."""
-    why: dict[str, None] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.manual_seed(0)
-        for _, s in _generate(e):
-            r = _unusable(pytree.tree_leaves(((s.input, *s.args), s.kwargs)))
-            why[r or "usable"] = None
+    def generate() -> dict[str, None]:
+        why: dict[str, None] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(0)
+            for _, s in _generate(e):
+                r = _unusable(pytree.tree_leaves(((s.input, *s.args), s.kwargs)))
+                why[r or "usable"] = None
+        return why
+
+    why = _on_shallow_stack(generate)  # Note [samples on a shallow stack]
     return "; ".join(why) if why else "the OpInfo yields no sample on CPU"
 
 

@@ -223,6 +223,13 @@ def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
 _DRAW_SEED = 20261201
 
 
+def _seed_draws() -> None:
+    # the CPU generator alone, which every case's tensors draw from: torch.manual_seed also
+    # queues lazy CUDA/XPU/MTIA seeds, each with a traceback.format_stack() of this deep
+    # stack (about 0.5 ms a call, twice a case on every rank)
+    torch.default_generator.manual_seed(_DRAW_SEED)
+
+
 # Note [reference on the held values]
 # A Partial input is split into float addends (shard_full: v - k and k for P(sum)), and
 # (v - k) + k is v only up to rounding: the DTensor holds a value one ulp from the sample's.
@@ -261,12 +268,12 @@ def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            torch.manual_seed(_DRAW_SEED)  # Note [random variants] in opdb_tests/sweep.py
+            _seed_draws()  # Note [random variants] in opdb_tests/sweep.py
             want = op(*ref_args, **ref_kwargs)
         except Exception as ex:  # noqa: BLE001 - not the runtime's failure: the sample's
             return f"reference run raises {type(ex).__name__}", reason_of(ex)
     dargs, dkwargs, leaves = _dtensors(s, mesh, placements, backward, seed)
-    torch.manual_seed(_DRAW_SEED)  # every rank alike: a sharded draw is one device's
+    _seed_draws()  # every rank alike: a sharded draw is one device's
     with fallback_policy("error"):
         got = op(*dargs, **dkwargs)
     want_flat, want_tree = pytree.tree_flatten(want)
