@@ -69,18 +69,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'harness raises NotImplementedError: aten._to_copy.default': 'chalf[R->R]@mesh(3): aten._to_copy.default strategy R -> R: the soundness harness (dtensor.ops.soundness) raises NotImplementedError: "equal_cpu" not implemented for \'ComplexHalf\'',
     },
     # -- no rule
-    ('_batch_norm_with_update', 'forward'): {
-        'no rule: aten._batch_norm_with_update.default': "_batch_norm_with_update[R;R;R;R;R]@mesh(2): NoShardingRuleError: aten._batch_norm_with_update.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('_batch_norm_with_update', 'sound'): {
-        'no rule: aten._batch_norm_with_update.default': '_batch_norm_with_update[]@mesh(3): no sharding rule for aten._batch_norm_with_update.default',
-    },
-    ('_chunk_cat', 'forward'): {
-        'no rule: aten._chunk_cat.default': "_chunk_cat[R;R]@mesh(2): NoShardingRuleError: aten._chunk_cat.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('_chunk_cat', 'sound'): {
-        'no rule: aten._chunk_cat.default': '_chunk_cat[]@mesh(3): no sharding rule for aten._chunk_cat.default',
-    },
     ('_segment_reduce.lengths', 'backward'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -123,15 +111,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('argwhere', 'sound'): {
         'no rule: aten.nonzero.default': 'argwhere[]@mesh(3): no sharding rule for aten.nonzero.default',
     },
-    ('as_strided_scatter', 'backward'): {
-        'no rule: aten.as_strided_scatter.default': "as_strided_scatter[R;R]@mesh(2): NoShardingRuleError: aten.as_strided_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('as_strided_scatter', 'forward'): {
-        'no rule: aten.as_strided_scatter.default': "as_strided_scatter[R;R]@mesh(2): NoShardingRuleError: aten.as_strided_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('as_strided_scatter', 'sound'): {
-        'no rule: aten.as_strided_scatter.default': 'as_strided_scatter[]@mesh(3): no sharding rule for aten.as_strided_scatter.default',
-    },
     ('bincount', 'forward'): {
         'no rule: aten.bincount.default': "bincount[R]@mesh(2): NoShardingRuleError: aten.bincount.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -149,12 +128,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('geqrf', 'sound'): {
         'no rule: aten.geqrf.default': 'geqrf[]@mesh(3): no sharding rule for aten.geqrf.default',
-    },
-    ('grid_sampler_2d', 'backward'): {
-        'no rule: aten.grid_sampler_2d_backward.default': "grid_sampler_2d[R;R]@mesh(2): NoShardingRuleError: aten.grid_sampler_2d_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('grid_sampler_3d', 'backward'): {
-        'no rule: aten.grid_sampler_3d_backward.default': "grid_sampler_3d[R;R]@mesh(2): NoShardingRuleError: aten.grid_sampler_3d_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('hash_tensor', 'forward'): {
         'no rule: aten.hash_tensor.default': "hash_tensor[R]@mesh(2): NoShardingRuleError: aten.hash_tensor.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -249,9 +222,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.fractional_max_pool3d', 'forward'): {
         'no rule: aten.fractional_max_pool3d.default': "nn.functional.fractional_max_pool3d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool3d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
-    ('nn.functional.grid_sample', 'backward'): {
-        'no rule: aten.grid_sampler_2d_backward.default': "nn.functional.grid_sample[R;R]@mesh(2): NoShardingRuleError: aten.grid_sampler_2d_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
     ('nn.functional.linear_cross_entropy.chunked', 'backward'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
     },
@@ -269,15 +239,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('nn.functional.multilabel_margin_loss', 'backward'): {
         'no rule: aten.multilabel_margin_loss_backward.default': "nn.functional.multilabel_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multilabel_margin_loss_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replica",
-    },
-    ('nn.functional.pdist', 'backward'): {
-        'no rule: aten._pdist_forward.default': "nn.functional.pdist[R]@mesh(2): NoShardingRuleError: aten._pdist_forward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.pdist', 'forward'): {
-        'no rule: aten._pdist_forward.default': "nn.functional.pdist[R]@mesh(2): NoShardingRuleError: aten._pdist_forward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.pdist', 'sound'): {
-        'no rule: aten._pdist_forward.default': 'nn.functional.pdist[]@mesh(3): no sharding rule for aten._pdist_forward.default',
     },
     ('nn.functional.rrelu', 'backward'): {
         'no rule: aten.rrelu_with_noise.default': "nn.functional.rrelu[R]@mesh(2): NoShardingRuleError: aten.rrelu_with_noise.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -331,6 +292,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.unique_consecutive.default': 'unique_consecutive[]@mesh(3): no sharding rule for aten.unique_consecutive.default',
     },
     # -- no strategy
+    ('_batch_norm_with_update', 'forward'): {
+        'no strategy: aten._batch_norm_with_update.default': '_batch_norm_with_update[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._batch_norm_with_update.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feasib',
+    },
     ('_native_batch_norm_legit', 'forward'): {
         'no strategy: aten._native_batch_norm_legit.default': '_native_batch_norm_legit[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feas',
     },
