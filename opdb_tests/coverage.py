@@ -15,7 +15,8 @@ every OpInfo variant and writes, next to this file:
 
 ``--update-expected`` also rewrites ``expected_failures.py`` from the sweep: every kind of
 failure and its reason as seen today (none kept from before), and the variants with no
-case. ``--workers N`` (default: CPU count) runs entries in N processes; ``--only KEY...`` sweeps some variants and prints their failures.
+case. ``--workers N`` (default: CPU count) runs entries in N processes; ``--only KEY...``
+sweeps some variants and prints their failures.
 """
 
 from __future__ import annotations
@@ -259,12 +260,12 @@ def markdown(results: Sequence, digest: str) -> str:
     out += ["", "## Kinds of failure", "",
             "(variant, tier) pairs failing with each kind (the error type and the aten op that "
             "raised it, wrong values, no rule...; per pair in "
-            "[`expected_failures.py`](expected_failures.py)):", "",
+            "`opdb_tests/expected_failures.py`):", "",
             "| kind of failure | (variant, tier) pairs |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in tally(results).items()]
     out += ["", "## Variants with no case", "",
             "Skipped, listed with their reason in `NO_CASES` of "
-            "[`expected_failures.py`](expected_failures.py):", ""]
+            "`opdb_tests/expected_failures.py`:", ""]
     out += [f"- `{r.key}`: {r.no_cases}" for r in results if r.no_cases]
     out += ["", "Placement kinds: `R` all Replicate; `S` sharded evenly; `S~` some shard uneven; "
             "`P` some input Partial; `2-D` any case on a 2-D mesh.", ""]
