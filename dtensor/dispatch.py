@@ -430,6 +430,7 @@ def _first_dtensor(DTensor: type, args: tuple, kwargs: dict) -> Any:
     raise TypeError("dispatch called without a DTensor argument")
 
 
+@lru_cache(maxsize=4096)
 def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
     return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
                  if a.alias_info is not None and a.alias_info.is_write)

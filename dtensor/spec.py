@@ -61,13 +61,6 @@ class DTensorSpec:
         object.__setattr__(self, "tensor", TensorSpec(tuple(shape), tuple(stride), dtype,
                                                       tuple(placements)))
 
-    @classmethod
-    def of(cls, mesh: DeviceMesh, tensor: TensorSpec) -> DTensorSpec:
-        spec = object.__new__(cls)
-        object.__setattr__(spec, "mesh", mesh)
-        object.__setattr__(spec, "tensor", tensor)
-        return spec
-
     @property
     def placements(self) -> tuple[Placement, ...]:
         return self.tensor.placements

@@ -14,9 +14,8 @@ from dtensor.dispatch import dispatch
 from dtensor.checks import check_local_shapes
 from dtensor.foreign import check_dispatch_types, refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
-from dtensor.ops.registry import TensorSpec
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
-from dtensor.spec import DTensorSpec, contiguous_strides, replicate_partials
+from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials
 
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass  # type: ignore[attr-defined]

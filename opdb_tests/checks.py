@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch.utils import _pytree as pytree
@@ -120,22 +120,34 @@ def _dtensors(s: Sample, mesh: Any, placements: Sequence[Sequence[Placement]],
     from dtensor import DTensor
 
     coord = tuple(mesh.get_coordinate())
-    args, kwargs = clone_sample(s)
-    flat, tree = pytree.tree_flatten((args, kwargs))
-    it = iter(placements)
+    flat, tree = pytree.tree_flatten(clone_sample(s))
     leaves: list[torch.Tensor] = []
-    for i, a in enumerate(flat):
-        if isinstance(a, torch.Tensor):
-            p = tuple(next(it))
-            local = shard_full(a, tuple(mesh.shape), p, seed + i)[coord]
-            if requires_grad and (a.is_floating_point() or a.is_complex()):
-                local.requires_grad_(True)
-                leaves.append(local)
-            else:
-                leaves.append(None)  # type: ignore[arg-type]
-            flat[i] = DTensor.from_local(local, mesh, p, shape=a.shape, stride=a.stride())
+    for i, a, p in _placed(flat, placements):
+        local = _pieces(a, p, tuple(mesh.shape), seed, i)[coord]
+        if requires_grad and (a.is_floating_point() or a.is_complex()):
+            local.requires_grad_(True)
+            leaves.append(local)
+        else:
+            leaves.append(None)  # type: ignore[arg-type]
+        flat[i] = DTensor.from_local(local, mesh, p, shape=a.shape, stride=a.stride())
     a2, k2 = pytree.tree_unflatten(flat, tree)
     return a2, k2, leaves
+
+
+def _placed(flat: list, placements: Sequence[Sequence[Placement]]
+            ) -> Iterator[tuple[int, torch.Tensor, tuple[Placement, ...]]]:
+    """Each tensor leaf of a flattened sample, its position and its placements."""
+    it = iter(placements)
+    for i, a in enumerate(flat):
+        if isinstance(a, torch.Tensor):
+            yield i, a, tuple(next(it))
+
+
+def _pieces(a: torch.Tensor, p: tuple[Placement, ...], mesh_shape: tuple[int, ...], seed: int,
+            position: int) -> Any:
+    """The pieces per mesh coordinate of leaf ``position``: the one split both the DTensor
+    inputs and the reference (Note [reference on the held values]) are made from."""
+    return shard_full(a, mesh_shape, p, seed + position)
 
 
 def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
@@ -239,14 +251,10 @@ def _seed_draws() -> None:
 def _held(ref: tuple[tuple, dict], placements: Sequence[Sequence[Placement]],
           mesh_shape: tuple[int, ...], seed: int) -> tuple[tuple, dict]:
     flat, tree = pytree.tree_flatten(ref)
-    it = iter(placements)
-    for i, a in enumerate(flat):
-        if not isinstance(a, torch.Tensor):
-            continue
-        p = tuple(next(it))  # the same index and seed as _dtensors uses for this tensor
+    for i, a, p in _placed(flat, placements):
         if any(isinstance(q, Partial) for q in p) and (a.is_floating_point() or a.is_complex()):
             with torch.no_grad():
-                a.copy_(unshard(shard_full(a, mesh_shape, p, seed + i), mesh_shape, p, a.shape))
+                a.copy_(unshard(_pieces(a, p, mesh_shape, seed, i), mesh_shape, p, a.shape))
     return pytree.tree_unflatten(flat, tree)
 
 

@@ -275,12 +275,7 @@ def _set_cost(problem: Problem, choice: list[int], members: set[int]) -> float:
     for uid in members:
         u = units[uid]
         opt = u.options[choice[uid]]
-        total += opt.penalty
-        for k, vid in enumerate(u.inputs):
-            v = values[vid]
-            src = units[v.unit].options[choice[v.unit]].outs[v.index]
-            if src != opt.ins[k]:
-                total += problem.bytes_ids(vid, src, opt.ins[k])
+        total += problem.own_cost(choice, u, choice[uid])
         for cu, k in u.consumers:
             if cu in members:
                 continue  # priced as that consumer's input
@@ -300,12 +295,7 @@ def local_cost(problem: Problem, choice: list[int], u: Unit, b: int) -> float:
     """Bytes on every edge touching ``u`` (and its hint penalty) if it took option ``b``."""
     units, values = problem.units, problem.values
     opt = u.options[b]
-    c = opt.penalty
-    for k, vid in enumerate(u.inputs):
-        v = values[vid]
-        src = units[v.unit].options[choice[v.unit]].outs[v.index]
-        if src != opt.ins[k]:
-            c += problem.bytes_ids(vid, src, opt.ins[k])
+    c = problem.own_cost(choice, u, b)
     for cu, k in u.consumers:
         consumer = units[cu]
         vid = consumer.inputs[k]

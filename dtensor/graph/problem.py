@@ -367,6 +367,19 @@ class Problem:
             self._class_info.append((canon, 1))
         return c
 
+    def own_cost(self, choice: Sequence[int], u: Unit, b: int) -> float:
+        """Unit ``u`` under option ``b``: its penalty and the bytes to bring each input from
+        its producer's chosen option (every edge is priced once, at its consumer)."""
+        units, values = self.units, self.values
+        opt = u.options[b]
+        total = opt.penalty
+        for k, vid in enumerate(u.inputs):
+            v = values[vid]
+            src = units[v.unit].options[choice[v.unit]].outs[v.index]
+            if src != opt.ins[k]:
+                total += self.bytes_ids(vid, src, opt.ins[k])
+        return total
+
     def bytes_ids(self, vid: int, a: int, b: int) -> float:
         """Bytes to move value ``vid`` from placement id ``a`` to ``b`` (planner-minimal)."""
         if a == b:
@@ -421,15 +434,9 @@ class Problem:
     def cost(self, choice: Sequence[int]) -> float:
         """Total bytes (plus hint penalties) of an assignment: one option index per unit."""
         total = 0.0
-        units, values = self.units, self.values
+        units = self.units
         for u in units:
-            opt = u.options[choice[u.id]]
-            total += opt.penalty
-            for k, vid in enumerate(u.inputs):
-                v = values[vid]
-                src = units[v.unit].options[choice[v.unit]].outs[v.index]
-                if src != opt.ins[k]:
-                    total += self.bytes_ids(vid, src, opt.ins[k])
+            total += self.own_cost(choice, u, choice[u.id])
         for s in self.sinks:
             tie = self.out_id(choice, self.units[s.tie].outputs[0]) if s.tie is not None else -1
             total += self.sink_cost(s, self.out_id(choice, s.value), tie)
