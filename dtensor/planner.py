@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -153,6 +154,14 @@ def plan_bytes(steps: Sequence[Step], mesh_shape: Sequence[int], global_shape: S
     >>> plan_bytes(steps, (2, 2), (4, 4))  # each of 4 ranks receives 12 float32s
     192
     """
+    if type(steps) is tuple:  # what plan returns: price each plan once
+        return _steps_bytes(steps, tuple(mesh_shape), tuple(global_shape), itemsize)
+    return sum(step_bytes(s, mesh_shape, global_shape, itemsize) for s in steps)
+
+
+@lru_cache(maxsize=65536)
+def _steps_bytes(steps: tuple[Step, ...], mesh_shape: tuple[int, ...],
+                 global_shape: tuple[int, ...], itemsize: int) -> int:
     return sum(step_bytes(s, mesh_shape, global_shape, itemsize) for s in steps)
 
 
@@ -169,20 +178,164 @@ def plan(src_placements: Sequence[Placement | int], dst_placements: Sequence[Pla
     >>> [str(s) for s in plan([Shard(0), Shard(0)], [Replicate(), Replicate()], (2, 4), (7, 5))]
     ['all_gather(0,1) [S(0),S(0)]->[R,R]']
     """
-    mesh_shape = tuple(mesh_shape)
-    global_shape = tuple(global_shape)
+    src_t, dst_t = tuple(src_placements), tuple(dst_placements)
+    if all(isinstance(p, _PLACEMENT_TYPES) for p in src_t + dst_t):
+        # placement objects only: an int (or a bool, equal to one) is normalized first
+        return _plan_of(src_t, dst_t, tuple(mesh_shape), tuple(global_shape), itemsize)
+    return _plan_normalized(src_t, dst_t, tuple(mesh_shape), tuple(global_shape), itemsize)
+
+
+_PLACEMENT_TYPES = (Shard, Replicate, Partial)
+
+
+@lru_cache(maxsize=65536)
+def _plan_of(src: tuple, dst: tuple, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
+             itemsize: int) -> tuple[Step, ...]:
+    return _plan_normalized(src, dst, mesh_shape, global_shape, itemsize)
+
+
+def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: tuple[int, ...],
+                     global_shape: tuple[int, ...], itemsize: int) -> tuple[Step, ...]:
     ndim, mesh_ndim = len(global_shape), len(mesh_shape)
     src = normalize_placements(src_placements, ndim, mesh_ndim, shape=global_shape)
     dst = normalize_placements(dst_placements, ndim, mesh_ndim, shape=global_shape)
+    if src == dst:
+        return ()
+    ops = tuple(sorted({p.reduce_op for p in src + dst if isinstance(p, Partial)}))
+    if _enumerates_all(ndim, len(ops), mesh_ndim):
+        return _state_graph(mesh_shape, global_shape, itemsize, ops).search(src).path_to(dst)
     return _plan(src, dst, mesh_shape, global_shape, itemsize)
+
+
+def _universe(ndim: int, ops: Sequence[str]) -> list[Placement]:
+    return [Shard(d) for d in range(ndim)] + [Replicate()] + [Partial(op) for op in ops]
+
+
+def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
+    """Whether ``_edges`` tries every target list for every group of mesh dims: then the edges
+    out of a state do not depend on the plan's target (Note [one search per source])."""
+    return all((ndim + 1 + n_ops) ** k <= _FULL_ENUMERATION for k in range(1, mesh_ndim + 1))
+
+
+# Note [one search per source]
+# Where _edges enumerates every target list (_enumerates_all: 1-d and 2-d meshes for all but
+# very high-rank tensors), the planner's graph depends only on (mesh, shape, itemsize, the
+# Partial kinds of the universe), not on the pair asked for: so one Dijkstra per source,
+# kept and resumed, answers every target. A target already settled is a dict hit; a new one
+# pops more of the same heap. The heap sees the same pushes in the same order as a fresh
+# search for that one pair would (edges in _edges' order, ties broken by push order, a state
+# expanded once when first popped), and a fresh search stops at the first pop of its target,
+# which is the resumed search's first pop of it too: the plans are the pair search's, step
+# for step (tests/test_planner.py checks both against each other and against brute force).
+
+
+@lru_cache(maxsize=1024)
+def _state_graph(mesh_shape: tuple[int, ...], global_shape: tuple[int, ...], itemsize: int,
+                 ops: tuple[str, ...]) -> _StateGraph:
+    return _StateGraph(mesh_shape, global_shape, itemsize, ops)
+
+
+class _StateGraph:
+    """The planner's states of one (mesh, shape, itemsize, Partial kinds) and the edges out of
+    each, found when first needed; one resumable search per source state."""
+
+    def __init__(self, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
+                 itemsize: int, ops: tuple[str, ...]) -> None:
+        self.mesh_shape, self.global_shape, self.itemsize = mesh_shape, global_shape, itemsize
+        self.universe = _universe(len(global_shape), ops)
+        self.index: dict[tuple[Placement, ...], int] = {}
+        self.states: list[tuple[Placement, ...]] = []
+        self._edges: dict[int, list[tuple[int, int, Step]]] = {}
+        self._searches: dict[int, _Search] = {}
+        self._lock = threading.Lock()
+
+    def id_of(self, state: tuple[Placement, ...]) -> int:
+        i = self.index.get(state)
+        if i is None:
+            i = self.index[state] = len(self.states)
+            self.states.append(state)
+        return i
+
+    def edges(self, i: int) -> list[tuple[int, int, Step]]:
+        """(target id, cost increment, step) per edge out of state ``i``, in ``_edges``' order;
+        the increment packs (bytes, collectives, steps) into one int (``_pack``)."""
+        out = self._edges.get(i)
+        if out is None:
+            state = self.states[i]
+            out = [(self.id_of(step.dst),
+                    _pack(step_bytes(step, self.mesh_shape, self.global_shape, self.itemsize),
+                          step.is_collective, 1), step)
+                   for step in _edges(state, state, self.universe, self.mesh_shape,
+                                      self.global_shape)]
+            self._edges[i] = out
+        return out
+
+    def search(self, src: tuple[Placement, ...]) -> _Search:
+        with self._lock:
+            i = self.id_of(src)
+            s = self._searches.get(i)
+            if s is None:
+                s = self._searches[i] = _Search(self, i)
+            return s
+
+
+# Costs (bytes, collectives, steps) compare as one int: bytes in the high bits, then 16 bits
+# each for collectives and steps (a plan has at most as many steps as there are states).
+_LOW = 16
+
+
+def _pack(nbytes: int, collectives: int, steps: int) -> int:
+    return (nbytes << (2 * _LOW)) | (collectives << _LOW) | steps
+
+
+class _Search:
+    """Dijkstra from one state, stopped at the last target asked for and resumed for the next
+    (Note [one search per source])."""
+
+    def __init__(self, graph: _StateGraph, src: int) -> None:
+        self.graph, self.src = graph, src
+        self.heap: list[tuple[int, int, int, int, Step | None]] = [(0, 0, src, -1, None)]
+        self.tie = itertools.count(1)
+        self.settled: dict[int, tuple[int, int, Step | None]] = {}  # id -> (cost, from, step)
+        self.paths: dict[int, tuple[Step, ...]] = {src: ()}
+
+    def path_to(self, dst: tuple[Placement, ...]) -> tuple[Step, ...]:
+        g = self.graph
+        with g._lock:
+            j = g.id_of(dst)
+            path = self.paths.get(j)
+            if path is not None:
+                return path
+            settled, heap = self.settled, self.heap
+            while j not in settled:
+                if not heap:
+                    raise ValueError(
+                        f"no plan from {fmt_placements(g.states[self.src])} to "
+                        f"{fmt_placements(dst)} on mesh {g.mesh_shape} for shape "
+                        f"{g.global_shape}")  # every state reaches R..R
+                cost, _, i, came_from, step = heapq.heappop(heap)
+                if i in settled:
+                    continue
+                settled[i] = (cost, came_from, step)
+                for k, inc, st in g.edges(i):
+                    if k not in settled:
+                        heapq.heappush(heap, (cost + inc, next(self.tie), k, i, st))
+            return self._path(j)
+
+    def _path(self, j: int) -> tuple[Step, ...]:
+        path = self.paths.get(j)
+        if path is None:
+            _, came_from, step = self.settled[j]
+            path = self.paths[j] = self._path(came_from) + (step,)  # type: ignore[operator]
+        return path
 
 
 @lru_cache(maxsize=4096)
 def _plan(src: tuple[Placement, ...], dst: tuple[Placement, ...], mesh_shape: tuple[int, ...],
           global_shape: tuple[int, ...], itemsize: int) -> tuple[Step, ...]:
+    """One pair's search, where the edges depend on the target (past _FULL_ENUMERATION)."""
     ops = sorted({p.reduce_op for p in src + dst if isinstance(p, Partial)})
-    universe = ([Shard(d) for d in range(len(global_shape))] + [Replicate()]
-                + [Partial(op) for op in ops])
+    universe = _universe(len(global_shape), ops)
     tie = itertools.count()
     heap: list = [((0, 0, 0), next(tie), src, ())]
     done: set[tuple[Placement, ...]] = set()
