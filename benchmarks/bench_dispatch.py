@@ -4,10 +4,14 @@
 
 Both libraries run in the same simpg world (4 ranks, a 1-D mesh), on the same 8x8 float32
 tensors, with warm caches; the plain-tensor column is the same op on rank 0's local pieces.
-Times are µs per op on rank 0 (best of several rounds: the machine's 2 cores are shared).
-A local op runs on rank 0 alone; a collective (a redistribute, the backward step's gradient
-reduction) runs on every rank, so its time includes every rank's turn (the same for both
-libraries). The last line measures the floor any Python tensor subclass pays.
+Times are µs per op on rank 0, best of several rounds. A local op runs on rank 0 alone and is
+timed in the thread's CPU time (the machine's 2 cores are shared; CPU time is what dispatch
+costs, whatever else runs); a collective (a redistribute, the backward step's gradient
+reduction) runs on every rank and is timed in wall time, every rank's turn included (the same
+for both libraries). Intra-op parallelism is off (``torch.set_num_threads(1)``): on 8x8
+tensors it only adds thread wake-ups (softmax took 8 ms with it on a loaded machine). Rows
+alternate between the libraries over several passes so that both see the same conditions.
+The last line measures the floor any Python tensor subclass pays.
 """
 
 from __future__ import annotations
@@ -35,17 +39,21 @@ N = 8
 
 
 def _time(fn: Callable[[], Any], iters: int, rounds: int, collective: bool) -> float:
+    """µs per call, best of ``rounds``. A local op is timed in CPU time of the calling thread
+    (what dispatch costs it, unmoved by other work on the shared cores); a collective in wall
+    time, since it includes waiting for the other ranks."""
+    clock = time.perf_counter_ns if collective else time.thread_time_ns
     for _ in range(20):
         fn()
     best = float("inf")
     for _ in range(rounds):
         if collective:
             dist.barrier()
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(iters):
             fn()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e6
+        best = min(best, (clock() - t0) / iters)
+    return best / 1e3
 
 
 # rows whose op is a collective: every rank takes part; the others run on rank 0 alone
@@ -125,23 +133,27 @@ def _time_rows(cases: dict[str, Callable[[], Any]], iters: int, rounds: int,
     for name, fn in cases.items():
         collective = distributed and name in COLLECTIVE
         if collective or dist.get_rank() == 0:
-            out.setdefault(name, {})[column] = _time(fn, iters, rounds, collective=collective)
+            row = out.setdefault(name, {})
+            row[column] = min(row.get(column, float("inf")),
+                              _time(fn, iters, rounds, collective=collective))
 
 
-def body(iters: int, rounds: int) -> tuple[dict[str, dict[str, float]], float] | None:
+def body(iters: int, rounds: int, passes: int
+         ) -> tuple[dict[str, dict[str, float]], float] | None:
     from torch.distributed import device_mesh as torch_mesh
     from torch.distributed import tensor as torch_dt
     from torch.distributed.tensor.experimental import implicit_replication
 
     ours_mesh = dtensor.init_device_mesh("cpu", (4,))
     theirs_mesh = torch_mesh.init_device_mesh("cpu", (4,))
+    ours = _cases(dtensor, ours_mesh, dtensor.Shard, dtensor.Replicate)
+    theirs = _cases(torch_dt, theirs_mesh, torch_dt.Shard, torch_dt.Replicate)
     out: dict[str, dict[str, float]] = {}
-    with dtensor.fallback_policy("silent"):
-        _time_rows(_cases(dtensor, ours_mesh, dtensor.Shard, dtensor.Replicate), iters, rounds,
-                   "ours", out)
-    with implicit_replication():  # torch refuses a plain tensor beside a DTensor otherwise
-        _time_rows(_cases(torch_dt, theirs_mesh, torch_dt.Shard, torch_dt.Replicate), iters,
-                   rounds, "torch", out)
+    for _ in range(passes):
+        with dtensor.fallback_policy("silent"):
+            _time_rows(ours, iters, rounds, "ours", out)
+        with implicit_replication():  # torch refuses a plain tensor beside a DTensor otherwise
+            _time_rows(theirs, iters, rounds, "torch", out)
     if dist.get_rank() != 0:
         return None
     _time_rows(_plain_cases(), iters, rounds, "plain", out, distributed=False)
@@ -155,8 +167,9 @@ def main() -> None:
     parser.add_argument("--write-readme", action="store_true",
                         help="also rewrite this benchmark's block of README.md")
     args = parser.parse_args()
-    iters, rounds = (50, 3) if args.quick else (300, 5)
-    figures, floor = simpg.run(body, 4, iters, rounds, timeout=600)[0]
+    iters, rounds, passes = (50, 3, 2) if args.quick else (300, 3, 4)
+    torch.set_num_threads(1)
+    figures, floor = simpg.run(body, 4, iters, rounds, passes, timeout=600)[0]
     flag = " --quick" if args.quick else ""
     with readme_figures.tee() as report:
         print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{flag}")
@@ -170,7 +183,9 @@ def main() -> None:
                   f"{f['ours'] / f['torch']:.2f} |")
         print(f"\nA Python tensor subclass that only unwraps, runs and rewraps (no sharding) "
               f"pays {floor:.1f} µs per add here: the floor under any Python __torch_dispatch__; "
-              f"torch's DTensor dispatches in C++.")
+              f"torch's DTensor dispatches in C++.\nLocal rows: CPU time of rank 0's thread; "
+              f"collective rows: wall time; best of {passes} alternating passes x {rounds} "
+              f"rounds x {iters} calls; torch.set_num_threads(1).")
     if args.write_readme:
         readme_figures.write_readme("bench-dispatch", report.getvalue(),
                                     f".venv/bin/python benchmarks/bench_dispatch.py{flag} "

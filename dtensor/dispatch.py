@@ -42,12 +42,15 @@ import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
+from dtensor.foreign import check_dispatch_types
 from dtensor.layout import local_box
 from dtensor.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass  # type: ignore[attr-defined]
 
 _POLICIES = ("warn", "silent", "error")
 _policy: contextvars.ContextVar[str] = contextvars.ContextVar("dtensor_fallback", default="warn")
@@ -141,68 +144,128 @@ def _plans_of(mesh: Any) -> dict[tuple, _Plan]:
 # in the placements the chosen strategy wants, or a scalar: nothing moves, nothing is
 # rewritten, and the op runs on the local pieces as they are. Such a call is keyed by the op
 # and its arguments' specs alone (one tuple, one dict lookup on the mesh) and skips the
-# general path's walks, closures and checks; any call that does not fit (kwargs, lists,
-# plain tensors, pinned tensors, in-place ops, local functions, a moved input, debugging
-# on) takes the general path, which also records the fast entries.
+# general path's walks, closures and checks; any call that does not fit (kwargs, pinned
+# tensors, views written in place, decompositions, a moved input, debugging on) takes the
+# general path, which also records the fast entries under the key the fast path built.
+# Where the time goes (add of two 2x8 pieces, µs of rank 0's CPU, benchmarks/bench_dispatch.py
+# and the pieces timed alone): torch's Python-key entry into __torch_dispatch__ 3.3, the
+# local op 3.5 (func._op; OpOverload.__call__ adds a frame), the output wrapper 2.0
+# (_make_wrapper_subclass; slots and fields read at record time, not per call), key and
+# lookup 1.0, the rest 1.3: about 11 in all where torch's C++ DTensor dispatch takes 14. So
+# the entry, op and wrapper that no Python code can avoid are 9 of the 11: half of torch's
+# time would need the whole __torch_dispatch__ in C++, calling the operator and building the
+# wrapper below Python (Note [fast path] in benchmarks/bench_dispatch.py's closing line).
 _SCALARS = frozenset({int, float, bool, type(None), str, complex, torch.dtype, torch.device,
                       torch.memory_format, torch.layout})
 
 
 @dataclass(frozen=True, slots=True)
 class _FastPlan:
-    outs: tuple[tuple[DTensorSpec, TensorSpec], ...]
+    op: Any  # the overload's C++ callable (func._op): OpOverload.__call__ is a Python frame
+    outs: tuple[tuple, ...]  # per output: (DTensorSpec, TensorSpec, shape, stride, dtype, layout)
     container: type | None  # None: one tensor out; else tuple or list of them
     rewrite: tuple[tuple[int, list[int]], ...]  # Note [global size arguments], precomputed
     local: Any  # the strategy's local function, or None (Note [local functions])
     boxes: tuple | None
     returns_arg: int | None  # add_ returns its argument 0 (the DTensor the caller holds)
+    dtensors: tuple[int, ...]  # the positions of the DTensor arguments
 
 
 def _int_list(a: Any) -> bool:
     return (type(a) is list or type(a) is tuple) and all(type(v) is int for v in a)
 
 
-def dispatch(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
-    """Run ``func`` on DTensors (``cls`` is the DTensor class; Note [fast path])."""
-    if not kwargs:
+def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
+                   kwargs: dict | None = None) -> Any:
+    """``DTensor.__torch_dispatch__`` itself (no frame in between): run ``func`` on DTensors
+    (``cls`` is the DTensor class; Note [fast path])."""
+    if kwargs:
+        if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
+            check_dispatch_types(func, types, args, kwargs)
+        return _dispatch(cls, func, args, kwargs)
+    if len(types) > 1:
+        check_dispatch_types(func, types, args, {})
+    # the fast-table key: the op, then per argument its spec, (value, type) or int tuple; the
+    # commonest calls (one or two DTensors) are keyed without the loop
+    n = len(args)
+    if n == 2 and type(a := args[0]) is cls and type(b := args[1]) is cls \
+            and not a._pinned and not b._pinned and a._spec.mesh is b._spec.mesh:
+        mesh = a._spec.mesh
+        key: Any = (func._op, a._tspec, b._tspec)
+    elif n == 1 and type(a := args[0]) is cls and not a._pinned:
+        mesh = a._spec.mesh
+        key = (func._op, a._tspec)
+    else:
         mesh = None
-        key: list = [func]
+        key = [func._op]
         for a in args:
-            if type(a) is cls:
+            kind = type(a)
+            if kind is cls:
                 if a._pinned or (mesh is not None and a._spec.mesh is not mesh):
                     break
                 mesh = a._spec.mesh
                 key.append(a._tspec)
-            elif type(a) in _SCALARS:  # 2 == 2.0 == True as keys, not as arguments
+            elif kind in _SCALARS:  # 2 == 2.0 == True as keys, not as arguments
                 key.append(a)
-                key.append(type(a))
-            elif _int_list(a):
-                key.append(tuple(a))
-            elif type(a) is torch.Tensor:  # taken as Replicate (Note [plain tensors])
+                key.append(kind)
+            elif kind is list or kind is tuple:  # of ints only: sizes, dims
+                for v in a:
+                    if type(v) is not int:
+                        break
+                else:
+                    key.append(tuple(a))
+                    continue
+                break
+            elif kind is torch.Tensor:  # taken as Replicate (Note [plain tensors])
                 key.append((a.shape, a.stride(), a.dtype, a.device))
             else:
                 break
         else:
-            fast = mesh.__dict__.get("_fast_plans") if mesh is not None else None
-            if fast is not None and (entry := fast.get(tuple(key))) is not None \
-                    and not (debug.recording() or _check_plain.get()):
-                largs = [a._local_tensor if type(a) is cls else a for a in args]
-                for i, value in entry.rewrite:
-                    largs[i] = value
-                if entry.local is None:
-                    out = func(*largs)
-                else:
-                    out = entry.local(func, tuple(largs), {}, entry.boxes)
-                if entry.returns_arg is not None:
-                    return args[entry.returns_arg]
-                make = cls._wrap
-                if entry.container is None:
-                    return make(out, entry.outs[0])
-                return entry.container(make(t, spec) for t, spec in zip(out, entry.outs))
-    return _dispatch(cls, func, args, kwargs)
+            if mesh is not None:
+                key = tuple(key)
+        if type(key) is list:
+            return _dispatch(cls, func, args, {})
+    fast = mesh.__dict__.get("_fast_plans")
+    entry = fast.get(key) if fast is not None else None
+    if entry is None or debug.recording() or _check_plain.get():
+        return _dispatch(cls, func, args, {}, key)
+    if entry.rewrite or n > 2:  # no comprehension: it is a frame of its own
+        largs: Any = list(args)
+        for i in entry.dtensors:
+            largs[i] = args[i]._local_tensor
+        for i, value in entry.rewrite:
+            largs[i] = value
+    elif n == 2:
+        x, y = args
+        largs = (x._local_tensor if type(x) is cls else x,
+                 y._local_tensor if type(y) is cls else y)
+    else:
+        largs = (args[0]._local_tensor,)
+    if entry.local is None:
+        out = entry.op(*largs)
+    else:
+        out = entry.local(func, tuple(largs), {}, entry.boxes)
+    if entry.returns_arg is not None:
+        return args[entry.returns_arg]
+    if entry.container is None:
+        return _new(cls, out, entry.outs[0])
+    wrapped = [_new(cls, t, o) for t, o in zip(out, entry.outs)]
+    return wrapped if entry.container is list else entry.container(wrapped)
 
 
-def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
+def _new(cls: type, local: torch.Tensor, out: tuple) -> Any:
+    """``DTensor._wrap`` with the spec's fields read once, at record time (_FastPlan.outs)."""
+    spec, tspec, shape, stride, dtype, layout = out
+    r = _make_wrapper(cls, shape, strides=stride, dtype=dtype, device=local.device,
+                      layout=layout)
+    r._local_tensor = local
+    r._spec = spec
+    r._tspec = tspec
+    return r
+
+
+def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
+              fast_key: tuple | None = None) -> Any:
     tensors: list[torch.Tensor] = []
     mesh = _first_dtensor(DTensor, args, kwargs)._spec.mesh
     mesh_ndim = mesh.ndim
@@ -275,8 +338,9 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict) -> Any:
         _verify_plain(DTensor, func, tensors, mesh)
     debug.record(plan.decision, tensors)
     out = _run(DTensor, func, args, kwargs, tensors, plan, mesh)
-    if not kwargs and key is not None and _fits_fast_path(plan, tensors, args, DTensor):
-        _record_fast(func, args, plan, out, mesh, DTensor)
+    if fast_key is not None and key is not None and _fits_fast_path(plan, tensors, args,
+                                                                    DTensor):
+        _record_fast(func, args, plan, out, mesh, fast_key, DTensor)
     return out
 
 
@@ -337,28 +401,23 @@ def _respec(op: OpSpec, specs: list[TensorSpec]) -> OpSpec:
 
 
 def _record_fast(func: Any, args: tuple, plan: _Plan, out: Any, mesh: Any,
-                 DTensor: type) -> None:
+                 fast_key: tuple, DTensor: type) -> None:
     rewrite = ()
     if plan.local_out_shape is not None:
         probe = tuple(range(len(args)))  # which positions localize_shape_args replaces
         new, _ = localize_shape_args(func, probe, {}, plan.local_out_shape)
         rewrite = tuple((i, v) for i, v in enumerate(new) if v is not probe[i])
     local = plan.decision.chosen.local
-    key: list = [func]
-    for x in args:
-        if type(x) is DTensor:
-            key.append(x._tspec)
-        elif type(x) in _SCALARS:
-            key += [x, type(x)]
-        elif type(x) is torch.Tensor:
-            key.append((x.shape, x.stride(), x.dtype, x.device))
-        else:
-            key.append(tuple(x))
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
     sources = _return_sources(func)
-    mesh.__dict__.setdefault("_fast_plans", {})[tuple(key)] = _FastPlan(
-        plan.out_specs, None if isinstance(out, torch.Tensor) else type(out), rewrite,
+    mesh.__dict__.setdefault("_fast_plans", {})[fast_key] = _FastPlan(
+        func._op,
+        tuple((s, s.tensor, s.shape, s.stride, s.dtype, o._local_tensor.layout)
+              for s, o in zip(plan.out_specs, outs)),
+        None if isinstance(out, torch.Tensor) else type(out), rewrite,
         LOCAL_FUNCTIONS[local] if local else None, plan.boxes,
-        sources[0][0] if sources[0] is not None else None)
+        sources[0][0] if sources[0] is not None else None,
+        tuple(i for i, x in enumerate(args) if type(x) is DTensor))
 
 
 def _fits_fast_path(plan: _Plan, tensors: list, args: tuple, DTensor: type) -> bool:

@@ -10,9 +10,9 @@ import torch
 from torch.utils import _foreach_utils
 
 from dtensor import _autograd, compile as _compile
-from dtensor.dispatch import dispatch
+from dtensor.dispatch import torch_dispatch
 from dtensor.checks import check_local_shapes
-from dtensor.foreign import check_dispatch_types, refuse_torch_dtensor, refuse_torch_mesh
+from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials
@@ -36,6 +36,8 @@ class DTensor(torch.Tensor):
     [((6, 2), (2, 2)), ((6, 2), (2, 2)), ((6, 2), (2, 2)), ((6, 2), (0, 2))]
     """
 
+    # slots, not the instance dict: every op reads and writes these (torch's DTensor does too)
+    __slots__ = ("_local_tensor", "_spec", "_tspec")
     _local_tensor: torch.Tensor
     _spec: DTensorSpec
     _tspec: TensorSpec  # what sharding rules see of it; the dispatch cache key
@@ -118,12 +120,7 @@ class DTensor(torch.Tensor):
     # aten-level dispatch does all the work; the Python-level hook would only re-wrap results
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
-            check_dispatch_types(func, types, args, kwargs or {})
-        return dispatch(cls, func, args, kwargs or {})
+    __torch_dispatch__ = classmethod(torch_dispatch)  # Note [fast path] in dtensor.dispatch
 
     def pin(self, pinned: bool = True) -> DTensor:
         """Pin this DTensor's placements: ops must pick a strategy that keeps them, or raise
