@@ -70,8 +70,25 @@ def interrupt(thread: threading.Thread) -> None:
 
 
 def clear_interrupt() -> None:
-    """Drop an interrupt sent to the calling thread that has not fired yet."""
-    _SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)  # None: NULL, clears it
+    """Let an interrupt sent to the calling thread that has not fired yet fire here, caught.
+
+    Note [never clear an async exception]: ``PyThreadState_SetAsyncExc(id, NULL)`` drops
+    the exception but, on CPython 3.11, still raises the interpreter's "async exception
+    pending" flag, which only a delivered exception lowers. Left up, it sends every
+    function entry and loop back-edge of every thread through the eval loop's slow path for
+    the rest of the process, and a thread with a profiler or tracer (``sys.setprofile``,
+    cProfile, coverage) spins for ever at its next function entry. A function call checks
+    for a pending exception on entry, so two calls let one fire.
+    """
+    try:
+        _entry()
+        _entry()
+    except RankAbandoned:
+        pass
+
+
+def _entry() -> None:
+    """A function entry: where a pending async exception fires."""
 
 
 def current_frames() -> dict[int, Any]:
