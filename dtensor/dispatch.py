@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import contextvars
 import warnings
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import dtensor.ops  # noqa: F401  (registers the rules)
-from dtensor import debug
+from dtensor import debug, planner
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
 from dtensor.foreign import check_dispatch_types
@@ -169,6 +170,7 @@ class _FastPlan:
     boxes: tuple | None
     returns_arg: int | None  # add_ returns its argument 0 (the DTensor the caller holds)
     dtensors: tuple[int, ...]  # the positions of the DTensor arguments
+    moves: tuple[tuple[int, Callable[[torch.Tensor], torch.Tensor]], ...]  # Note [local moves]
 
 
 def _int_list(a: Any) -> bool:
@@ -179,23 +181,23 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
                    kwargs: dict | None = None) -> Any:
     """``DTensor.__torch_dispatch__`` itself (no frame in between): run ``func`` on DTensors
     (``cls`` is the DTensor class; Note [fast path])."""
-    if kwargs:
-        if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
-            check_dispatch_types(func, types, args, kwargs)
-        return _dispatch(cls, func, args, kwargs)
-    if len(types) > 1:
-        check_dispatch_types(func, types, args, {})
-    # the fast-table key: the op, then per argument its spec, (value, type) or int tuple; the
-    # commonest calls (one or two DTensors) are keyed without the loop
+    if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
+        check_dispatch_types(func, types, args, kwargs or {})
+    # the fast-table key: the op, then per argument its spec, (value, type) or int tuple, then
+    # per keyword argument (name, value, type); the commonest calls (one or two DTensors, no
+    # keywords) are keyed without the loop
     n = len(args)
-    if n == 2 and type(a := args[0]) is cls and type(b := args[1]) is cls \
+    key: Any = None
+    if kwargs:
+        pass
+    elif n == 2 and type(a := args[0]) is cls and type(b := args[1]) is cls \
             and not a._pinned and not b._pinned and a._spec.mesh is b._spec.mesh:
         mesh = a._spec.mesh
-        key: Any = (func._op, a._tspec, b._tspec)
+        key = (func._op, a._tspec, b._tspec)
     elif n == 1 and type(a := args[0]) is cls and not a._pinned:
         mesh = a._spec.mesh
         key = (func._op, a._tspec)
-    else:
+    if key is None:
         mesh = None
         key = [func._op]
         for a in args:
@@ -222,17 +224,27 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
                 break
         else:
             if mesh is not None:
-                key = tuple(key)
+                if kwargs:
+                    for name, a in kwargs.items():
+                        if type(a) not in _SCALARS:
+                            break
+                        key += (name, a, type(a))
+                    else:
+                        key = tuple(key)
+                else:
+                    key = tuple(key)
         if type(key) is list:
-            return _dispatch(cls, func, args, {})
+            return _dispatch(cls, func, args, kwargs or {})
     fast = mesh.__dict__.get("_fast_plans")
     entry = fast.get(key) if fast is not None else None
     if entry is None or debug.recording() or _check_plain.get():
-        return _dispatch(cls, func, args, {}, key)
-    if entry.rewrite or n > 2:  # no comprehension: it is a frame of its own
+        return _dispatch(cls, func, args, kwargs or {}, key)
+    if entry.rewrite or entry.moves or n > 2:  # no comprehension: it is a frame of its own
         largs: Any = list(args)
         for i in entry.dtensors:
             largs[i] = args[i]._local_tensor
+        for i, move in entry.moves:
+            largs[i] = move(largs[i])
         for i, value in entry.rewrite:
             largs[i] = value
     elif n == 2:
@@ -241,7 +253,10 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
                  y._local_tensor if type(y) is cls else y)
     else:
         largs = (args[0]._local_tensor,)
-    if entry.local is None:
+    if kwargs:
+        out = entry.op(*largs, **kwargs) if entry.local is None \
+            else entry.local(func, tuple(largs), kwargs, entry.boxes)
+    elif entry.local is None:
         out = entry.op(*largs)
     else:
         out = entry.local(func, tuple(largs), {}, entry.boxes)
@@ -338,9 +353,10 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
         _verify_plain(DTensor, func, tensors, mesh)
     debug.record(plan.decision, tensors)
     out = _run(DTensor, func, args, kwargs, tensors, plan, mesh)
-    if fast_key is not None and key is not None and _fits_fast_path(plan, tensors, args,
-                                                                    DTensor):
-        _record_fast(func, args, plan, out, mesh, fast_key, DTensor)
+    if fast_key is not None and key is not None:
+        moves = _fast_moves(plan, tensors, args, kwargs, mesh, DTensor)
+        if moves is not None:
+            _record_fast(func, args, kwargs, plan, out, mesh, fast_key, DTensor, moves)
     return out
 
 
@@ -400,8 +416,8 @@ def _respec(op: OpSpec, specs: list[TensorSpec]) -> OpSpec:
     return OpSpec(op.op, args, kwargs, op.mesh_shape)
 
 
-def _record_fast(func: Any, args: tuple, plan: _Plan, out: Any, mesh: Any,
-                 fast_key: tuple, DTensor: type) -> None:
+def _record_fast(func: Any, args: tuple, kwargs: dict, plan: _Plan, out: Any, mesh: Any,
+                 fast_key: tuple, DTensor: type, moves: tuple) -> None:
     rewrite = ()
     if plan.local_out_shape is not None:
         probe = tuple(range(len(args)))  # which positions localize_shape_args replaces
@@ -417,32 +433,72 @@ def _record_fast(func: Any, args: tuple, plan: _Plan, out: Any, mesh: Any,
         None if isinstance(out, torch.Tensor) else type(out), rewrite,
         LOCAL_FUNCTIONS[local] if local else None, plan.boxes,
         sources[0][0] if sources[0] is not None else None,
-        tuple(i for i, x in enumerate(args) if type(x) is DTensor))
+        tuple(i for i, x in enumerate(args) if type(x) is DTensor), moves)
 
 
-def _fits_fast_path(plan: _Plan, tensors: list, args: tuple, DTensor: type) -> bool:
-    """Note [fast path]: no input moves, outputs are new tensors."""
+# Note [local moves]
+# A strategy may want an input in other placements than it has where the move needs no other
+# rank: Replicate -> Shard is a slice of this rank's piece (the backward of a matmul meets one
+# every step: its gradient arrives replicated, the strategy wants it sharded). Such a call
+# still fits the fast path: its entry holds, per moved argument, the move as a function of
+# the piece (redistribute_local_tensor, which plans every step as local). A move with a
+# collective keeps the general path, where the policy on implicit moves is applied.
+def _fast_moves(plan: _Plan, tensors: list, args: tuple, kwargs: dict, mesh: Any,
+                DTensor: type) -> tuple | None:
+    """Note [fast path]: None when the call does not fit it; else the argument moves it needs
+    (Note [local moves]). Outputs must be new tensors, or the one argument written in
+    place, returned as it is."""
     d = plan.decision
     if plan.inplace_view or plan.decompose is not None:
-        return False
+        return None
     if not plan.out_specs:  # item(): a Python number, no tensor to wrap (the fast path wraps)
-        return False
+        return None
+    if kwargs and (plan.local_out_shape is not None
+                   or any(type(v) not in _SCALARS for v in kwargs.values())):
+        return None
     sources = _return_sources(d.op.op)
     if plan.in_place and not (len(sources) == 1 and sources[0] is not None
                               and sources[0][0] < len(args)
                               and type(args[sources[0][0]]) is DTensor
                               and plan.out_specs[0] == args[sources[0][0]]._spec):
-        return False  # one written argument, returned as it is, or the general path
+        return None  # one written argument, returned as it is, or the general path
+    if not (plan.in_place or all(src is None for src in sources)):
+        return None
     if any(type(a) not in (DTensor, torch.Tensor) and type(a) not in _SCALARS
            and not _int_list(a) for a in args):
-        return False
+        return None
     if any(type(t) is DTensor and t._pinned for t in tensors):
-        return False
+        return None
     replicated = (Replicate(),) * len(d.op.mesh_shape)
-    if any(p != (t._spec.placements if type(t) is DTensor else replicated)
-           for p, t in zip(d.chosen.inputs, tensors)):
-        return False
-    return plan.in_place or all(src is None for src in sources)
+    positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    moves = []
+    for i, want, t in zip(positions, d.chosen.inputs, tensors):
+        have = t._spec.placements if type(t) is DTensor else replicated
+        if want == have:
+            continue
+        if type(t) is not DTensor:
+            return None
+        shape = t._spec.shape
+        steps = planner.plan(have, want, mesh.shape, shape, itemsize=t.dtype.itemsize)
+        if not all(step.kind.startswith("local_") for step in steps):
+            return None
+        if all(step.kind == "local_slice" for step in steps):  # the new piece is in the old
+            old, new = (local_box(shape, mesh.shape, p, mesh._coord) for p in (have, want))
+            cuts = tuple((dim, b[0] - a[0], b[1] - b[0])
+                         for dim, (a, b) in enumerate(zip(old, new)) if a != b)
+            moves.append((i, functools.partial(_cut, cuts=cuts)))
+        else:
+            moves.append((i, functools.partial(redistribute_local_tensor, mesh=mesh,
+                                               src_placements=have, dst_placements=want,
+                                               global_shape=shape)))
+    return tuple(moves)
+
+
+def _cut(local: torch.Tensor, *, cuts: tuple[tuple[int, int, int], ...]) -> torch.Tensor:
+    """A local_slice move: the new piece cut from the old (a copy, as redistribute gives)."""
+    for dim, start, length in cuts:
+        local = local.narrow(dim, start, length)
+    return local.clone()
 
 
 def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,

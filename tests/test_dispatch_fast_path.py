@@ -76,7 +76,43 @@ def test_explain_sees_every_call_even_when_the_fast_path_could_take_it():
     assert _world((2,), body) == [2, 2]
 
 
-def test_pinned_and_moved_inputs_stay_on_the_general_path():
+def test_keyword_arguments_ride_the_fast_path_keyed_by_value_and_type():
+    def body(mesh):
+        a = distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [Shard(0)])
+        out = []
+        for _ in range(2):
+            for dtype in (None, torch.float64, torch.int32):
+                y = torch.ones_like(a, dtype=dtype)
+                out.append((y.dtype, y.to_local().dtype, y.placements, y.full_tensor().sum()))
+        keyed = sum(1 for k in mesh.__dict__["_fast_plans"] if k[0] is aten.ones_like.default._op)
+        return out[:3] == out[3:], [o[:2] for o in out[:3]], keyed >= 3
+
+    flt, dbl, i32 = torch.float32, torch.float64, torch.int32
+    assert _world((2,), body) == [(True, [(flt, flt), (dbl, dbl), (i32, i32)], True)] * 2
+
+
+def test_inputs_moved_without_communication_ride_the_fast_path():
+    # Note [local moves]: mm(S(1), R) wants its R argument as S(0), a slice of each piece;
+    # on a 2-D mesh with uneven pieces, and the result equals one device's on every call
+    full_a = torch.arange(35.0).reshape(5, 7)
+    full_b = torch.arange(21.0).reshape(7, 3)
+
+    def body(mesh):
+        a = distribute_tensor(full_a, mesh, [Replicate(), Shard(1)])
+        b = distribute_tensor(full_b, mesh, [Replicate(), Replicate()])
+        before = _fast_entries(mesh)
+        outs = [torch.mm(a, b) for _ in range(3)]
+        moved = _fast_entries(mesh) - before
+        again = b.to_local()
+        return (moved, [o.placements for o in outs],
+                all(torch.equal(o.full_tensor(), full_a @ full_b) for o in outs),
+                torch.equal(again, full_b))  # the cut is a copy: b's piece is untouched
+
+    p = (Replicate(), __import__("dtensor").Partial())
+    assert _world((2, 3), body) == [(1, [p] * 3, True, True)] * 6
+
+
+def test_pinned_inputs_and_moves_with_communication_stay_on_the_general_path():
     def body(mesh):
         a = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)])
         b = distribute_tensor(torch.ones(4, 4), mesh, [Shard(1)])  # moved for the add
