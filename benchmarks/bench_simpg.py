@@ -6,10 +6,11 @@ Prints one markdown table: world start+stop, 1 KB all_reduce and all_gather late
 all_reduce bandwidth at 4 and 8 ranks, and how close each backend's 4 MB all_reduce comes to
 this machine's memory bound; then a world-size sweep (2..64 ranks) of the 1 KB all_reduce
 for simpg and torch's threaded group. ``--loaded`` keeps one busy process per core running
-while it measures (a machine shared with other work). Each backend is measured in its own fresh interpreter
-(this script re-run with --backend): importing simpg replaces torch.distributed's module-level
-world with a per-rank proxy, and torch's threaded PG swaps in its own thread-local world, so
-keeping them apart means neither figure pays for, or is broken by, the other's patching.
+while it measures (a machine shared with other work). Each backend is measured in its own
+fresh interpreter (this script re-run with --backend): importing simpg replaces
+torch.distributed's module-level world with a per-rank proxy, and torch's threaded PG swaps
+in its own thread-local world, so keeping them apart means neither figure pays for, or is
+broken by, the other's patching.
 Every measured path checks its result once: a wrong answer raises instead of giving a figure.
 """
 

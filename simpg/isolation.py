@@ -94,7 +94,17 @@ SWITCHES: dict[str, Switch] = {
 def snapshot() -> dict[str, Any]:
     """The current values of every switch whose module is imported."""
     mods = sys.modules
-    return {name: s.get(mods[s.module]) for name, s in SWITCHES.items() if s.module in mods}
+    count, live = _active
+    if len(mods) != count or any(mods.get(m.__name__) is not m for _, _, m in live):
+        # a module was imported or removed since the last call (the hand-over path calls
+        # this once per hand-over; looking the five modules up each time costs a µs)
+        live = [(name, s.get, mods[s.module]) for name, s in SWITCHES.items()
+                if s.module in mods]
+        _active[:] = [len(mods), live]
+    return {name: get(module) for name, get, module in live}
+
+
+_active: list[Any] = [-1, []]  # len(sys.modules) when last looked, [(name, getter, module)]
 
 
 def restore(saved: dict[str, Any]) -> None:

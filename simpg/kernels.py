@@ -16,8 +16,10 @@ of a 1 KB collective. So:
 - a chunk never exceeds torch's parallel grain (32768 elements), so no OpenMP team starts
   (simpg runs one rank at a time; a team that spins on a busy machine steals its core);
 - the copies to every rank go in one ``torch._foreach_copy_`` call;
-- ``.detach()`` only where a tensor requires grad (Note [hide collective writes from
-  autograd]); on plain tensors it is a wasted dispatch.
+- the writes run with grad mode off (Note [hide collective writes from autograd]) instead of
+  through a ``.detach()`` of each tensor: grad mode is one thread-local flag, set once,
+  where detaching (or asking ``requires_grad``) costs a call per tensor, n * n of them in a
+  list all_gather.
 The fold keeps rank order, ``((x0 op x1) op x2) ...``, in the tensors' dtype, chunk or not.
 """
 
@@ -33,10 +35,18 @@ from simpg import collectives as C
 CHUNK = 1 << 15  # elements: torch's at::internal::GRAIN_SIZE, and 128 KB of float32
 
 
-def plain(t: Tensor) -> Tensor:
-    """``t`` as autograd must not see it written (Note [hide collective writes from
-    autograd]), detaching only when there is something to detach from."""
-    return t.detach() if t.requires_grad else t
+class _NoGrad:
+    """``torch.no_grad()`` without its Python frames: the calling thread's (the running
+    rank's) grad mode is off inside and restored after."""
+
+    __slots__ = ("_was",)
+
+    def __enter__(self) -> None:
+        self._was = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+
+    def __exit__(self, *exc: object) -> None:
+        torch._C._set_grad_enabled(self._was)
 
 
 def reduce_into(outs: Sequence[Tensor], ins: Sequence[Tensor], op: str) -> None:
@@ -49,9 +59,12 @@ def reduce_into(outs: Sequence[Tensor], ins: Sequence[Tensor], op: str) -> None:
     >>> reduce_into([a, b], [a, b], "sum"); a.tolist(), b.tolist()
     ([4.0, 6.0], [4.0, 6.0])
     """
+    with _NoGrad():
+        _reduce_into(outs, ins, op)
+
+
+def _reduce_into(outs: Sequence[Tensor], ins: Sequence[Tensor], op: str) -> None:
     n = len(ins)
-    ins = [plain(t) for t in ins]
-    outs = [plain(t) for t in outs]
     if n == 1:
         acc = C.reduce_tensors(ins, op)  # avg of one is a division: keep the same rounding
         torch._foreach_copy_(outs, [acc])
@@ -82,5 +95,6 @@ def _fold(fn: C._Binary, ins: Sequence[Tensor], out: Tensor | None, op: str) -> 
 def gather_into(outs_by_rank: Sequence[Sequence[Tensor]], ins: Sequence[Tensor]) -> None:
     """Copy ``ins[src]`` into ``outs_by_rank[rank][src]`` for every rank and source, in one
     torch call (shapes already checked)."""
-    dsts = [plain(o) for outs in outs_by_rank for o in outs]
-    torch._foreach_copy_(dsts, [plain(t) for t in ins] * len(outs_by_rank))
+    dsts = [o for outs in outs_by_rank for o in outs]
+    with _NoGrad():
+        torch._foreach_copy_(dsts, list(ins) * len(outs_by_rank))

@@ -51,9 +51,15 @@ def _check_tensors(arg: str, tensors: Sequence[torch.Tensor]) -> torch.dtype:
     if not tensors:
         raise ValueError(f"{arg}: got no tensors, expected at least one")
     first = tensors[0]
-    if len(tensors) == 1 and type(first) is torch.Tensor and first.layout is torch.strided \
-            and not first.is_meta:
-        return first.dtype  # the common case, checked cheaply
+    if len(tensors) == 1:
+        if type(first) is torch.Tensor and first.layout is torch.strided and not first.is_meta:
+            return first.dtype  # the common case, checked cheaply
+    else:  # a list (all_gather's outputs): one set of kinds, a third of the per-tensor loop
+        kinds = {(type(t), t.layout, t.dtype, t.device) for t in tensors}
+        if len(kinds) == 1:
+            ((cls, layout, dtype, device),) = kinds
+            if cls is torch.Tensor and layout is torch.strided and device.type != "meta":
+                return dtype
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{arg}[{i}]: expected a torch.Tensor, got {type(t).__name__}")

@@ -40,6 +40,9 @@ class Cpu:
         self._lock = threading.Lock()
         self._guard = threading.Lock()
         self._owner: object = None
+        # the process-wide switches in force as the last rank left them (Note [per-rank
+        # process state]); None once a holder that is not a rank may have changed them
+        self.switches: dict[str, Any] | None = None
 
     def acquire(self, owner: object) -> None:
         self._lock.acquire()
@@ -58,6 +61,7 @@ class Cpu:
 
     def __enter__(self) -> None:
         self.acquire(self)
+        self.switches = None
 
     def __exit__(self, *exc: object) -> None:
         self.release(self)

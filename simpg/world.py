@@ -34,6 +34,7 @@ from simpg.isolation import adopt, restore, snapshot
 from simpg.stuck import Cpu, interrupt, user_position
 
 _CPU = Cpu()  # held by the one simulated rank running in this process
+_GENERATOR = torch.default_generator  # the process-wide CPU generator (RNG isolation)
 _WATCH_S = 0.05  # how often the watchdog looks at the worlds
 
 
@@ -350,15 +351,17 @@ class World:
         _CPU.acquire(me)
         me.has_cpu = True
         self._since = time.monotonic()
-        torch.set_rng_state(me.rng_state)
+        _GENERATOR.set_state(me.rng_state)  # torch.set_rng_state, without its Python frame
         if len(me.switches) < len(self.switches):  # a module imported inside the world
             me.switches = {**self.switches, **me.switches}
-        restore(me.switches)
+        if me.switches != _CPU.switches:  # ranks mostly agree: setting them costs µs
+            restore(me.switches)
+            _CPU.switches = me.switches
 
     def _give_cpu(self, me: RankSlot) -> None:
         if me.has_cpu:
-            me.rng_state = torch.get_rng_state()
-            me.switches = snapshot()
+            me.rng_state = _GENERATOR.get_state()
+            me.switches = _CPU.switches = snapshot()
             if len(me.switches) > len(self.switches):
                 self.shared_switches += adopt(self.switches, me.switches)
             me.has_cpu = False
