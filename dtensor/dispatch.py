@@ -482,8 +482,10 @@ def _fast_moves(plan: _Plan, tensors: list, args: tuple, kwargs: dict, mesh: Any
         steps = planner.plan(have, want, mesh.shape, shape, itemsize=t.dtype.itemsize)
         if not all(step.kind.startswith("local_") for step in steps):
             return None
-        if all(step.kind == "local_slice" for step in steps):  # the new piece is in the old
-            old, new = (local_box(shape, mesh.shape, p, mesh._coord) for p in (have, want))
+        old, new = (local_box(shape, mesh.shape, p, mesh._coord) for p in (have, want))
+        if all(step.kind == "local_slice" for step in steps) \
+                and all(a[0] <= b[0] and b[1] <= a[1] for a, b in zip(old, new)):
+            # the new piece inside the old (not so for empty pieces: any box of none)
             cuts = tuple((dim, b[0] - a[0], b[1] - b[0])
                          for dim, (a, b) in enumerate(zip(old, new)) if a != b)
             moves.append((i, functools.partial(_cut, cuts=cuts)))

@@ -112,6 +112,17 @@ def test_inputs_moved_without_communication_ride_the_fast_path():
     assert _world((2, 3), body) == [(1, [p] * 3, True, True)] * 6
 
 
+def test_local_moves_of_empty_pieces_give_the_new_pieces_shape():
+    # a tensor with no elements moves S(3) -> R without communication, but its new piece
+    # (all of dim 3) is not inside the old one (half of it): no cut, a redistribute
+    def body(mesh):
+        x = distribute_tensor(torch.ones(0, 8, 1, 8), mesh, [Shard(3)])
+        outs = [torch.nn.functional.adaptive_avg_pool2d(x, (1, 5)) for _ in range(3)]
+        return [tuple(o.to_local().shape) for o in outs], _fast_entries(mesh) > 0
+
+    assert _world((2,), body) == [([(0, 8, 1, 5)] * 3, True)] * 2
+
+
 def test_pinned_inputs_and_moves_with_communication_stay_on_the_general_path():
     def body(mesh):
         a = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)])
