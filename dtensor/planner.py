@@ -290,13 +290,23 @@ def _pack(nbytes: int, collectives: int, steps: int) -> int:
 
 class _Search:
     """Dijkstra from one state, stopped at the last target asked for and resumed for the next
-    (Note [one search per source])."""
+    (Note [one search per source]).
+
+    A settled state's edges are pushed only when the search first needs a cost above its own
+    (``pending``): every edge adds a step, so they cost more than the state itself, and the
+    states settled at one cost are expanded in the order they settled, as an eager search
+    does; their pushes come in the same order, and a target reached at the cost of the states
+    before it settled needs none of their edges (a search from R to a one-step local slice
+    expands R alone, not each zero-byte state settled ahead of its target).
+    """
 
     def __init__(self, graph: _StateGraph, src: int) -> None:
         self.graph, self.src = graph, src
         self.heap: list[tuple[int, int, int, int, Step | None]] = [(0, 0, src, -1, None)]
         self.tie = itertools.count(1)
         self.settled: dict[int, tuple[int, int, Step | None]] = {}  # id -> (cost, from, step)
+        self.pending: list[int] = []  # settled at cost ``level``, edges not pushed yet
+        self.level = 0
         self.paths: dict[int, tuple[Step, ...]] = {src: ()}
 
     def path_to(self, dst: tuple[Placement, ...]) -> tuple[Step, ...]:
@@ -306,8 +316,11 @@ class _Search:
             path = self.paths.get(j)
             if path is not None:
                 return path
-            settled, heap = self.settled, self.heap
+            settled, heap, pending = self.settled, self.heap, self.pending
             while j not in settled:
+                if pending and (not heap or heap[0][0] > self.level):
+                    self._expand()
+                    continue
                 if not heap:
                     raise ValueError(
                         f"no plan from {fmt_placements(g.states[self.src])} to "
@@ -317,10 +330,18 @@ class _Search:
                 if i in settled:
                     continue
                 settled[i] = (cost, came_from, step)
-                for k, inc, st in g.edges(i):
-                    if k not in settled:
-                        heapq.heappush(heap, (cost + inc, next(self.tie), k, i, st))
+                pending.append(i)
+                self.level = cost
             return self._path(j)
+
+    def _expand(self) -> None:
+        settled, heap, tie = self.settled, self.heap, self.tie
+        for i in self.pending:
+            cost = settled[i][0]
+            for k, inc, st in self.graph.edges(i):
+                if k not in settled:
+                    heapq.heappush(heap, (cost + inc, next(tie), k, i, st))
+        self.pending.clear()
 
     def _path(self, j: int) -> tuple[Step, ...]:
         path = self.paths.get(j)
