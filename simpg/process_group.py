@@ -156,10 +156,12 @@ class SimProcessGroup(dist.ProcessGroup):
     def _issue(self, op: str, dtype: torch.dtype | None, signature: tuple,
                summary: Callable[[], str], payload: dict) -> Work:
         world = self._world
-        self._check_alive(op)
+        if self._destroyed:
+            self._check_alive(op)
         world.check_failed()
         site = caller_site()
-        world.preempt()
+        if world.schedule_seed is not None:
+            world.preempt()
         apply_fault(world, op, site)
         call = Call(op, self._group, self._group_rank, dtype, (op, dtype) + signature, summary,
                     payload, site)

@@ -204,7 +204,8 @@ class World:
         is_gate = isinstance(waitable, _Gate)
         while True:
             with self._lock:
-                self._raise_if_failed(subtest=not is_gate)
+                if self.failure is not None or self._aborted is not None:
+                    self._raise_if_failed(subtest=not is_gate)
                 if waitable.ready():
                     me.status = Status.RUNNING
                     me.waiting_for = None
@@ -215,7 +216,8 @@ class World:
                 else:
                     me.status = Status.BLOCKED
                     nxt = self._pass_baton(me)
-                    self._raise_if_failed(subtest=not is_gate)
+                    if self.failure is not None or self._aborted is not None:
+                        self._raise_if_failed(subtest=not is_gate)
             self._switch(me, nxt)
 
     def preempt(self) -> None:
