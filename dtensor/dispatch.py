@@ -170,11 +170,17 @@ class _FastPlan:
     boxes: tuple | None
     returns_arg: int | None  # add_ returns its argument 0 (the DTensor the caller holds)
     dtensors: tuple[int, ...]  # the positions of the DTensor arguments
+    lists: tuple[int, ...]  # the positions of lists of DTensors (cat's)
     moves: tuple[tuple[int, Callable[[torch.Tensor], torch.Tensor]], ...]  # Note [local moves]
 
 
 def _int_list(a: Any) -> bool:
     return (type(a) is list or type(a) is tuple) and all(type(v) is int for v in a)
+
+
+def _dtensor_list(a: Any, DTensor: type) -> bool:
+    return (type(a) is list or type(a) is tuple) and len(a) > 0 \
+        and all(type(v) is DTensor for v in a)
 
 
 def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
@@ -210,7 +216,19 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
             elif kind in _SCALARS:  # 2 == 2.0 == True as keys, not as arguments
                 key.append(a)
                 key.append(kind)
-            elif kind is list or kind is tuple:  # of ints only: sizes, dims
+            elif kind is list or kind is tuple:  # of ints (sizes, dims) or of DTensors (cat)
+                if a and type(a[0]) is cls:
+                    specs = []
+                    for v in a:
+                        if type(v) is not cls or v._pinned \
+                                or (mesh is not None and v._spec.mesh is not mesh):
+                            break
+                        mesh = v._spec.mesh
+                        specs.append(v._tspec)
+                    else:
+                        key.append(tuple(specs))
+                        continue
+                    break
                 for v in a:
                     if type(v) is not int:
                         break
@@ -239,10 +257,12 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
     entry = fast.get(key) if fast is not None else None
     if entry is None or debug.recording() or _check_plain.get():
         return _dispatch(cls, func, args, kwargs or {}, key)
-    if entry.rewrite or entry.moves or n > 2:  # no comprehension: it is a frame of its own
+    if entry.rewrite or entry.moves or entry.lists or n > 2:  # no comprehension: a frame
         largs: Any = list(args)
         for i in entry.dtensors:
             largs[i] = args[i]._local_tensor
+        for i in entry.lists:
+            largs[i] = [v._local_tensor for v in args[i]]
         for i, move in entry.moves:
             largs[i] = move(largs[i])
         for i, value in entry.rewrite:
@@ -433,7 +453,8 @@ def _record_fast(func: Any, args: tuple, kwargs: dict, plan: _Plan, out: Any, me
         None if isinstance(out, torch.Tensor) else type(out), rewrite,
         LOCAL_FUNCTIONS[local] if local else None, plan.boxes,
         sources[0][0] if sources[0] is not None else None,
-        tuple(i for i, x in enumerate(args) if type(x) is DTensor), moves)
+        tuple(i for i, x in enumerate(args) if type(x) is DTensor),
+        tuple(i for i, x in enumerate(args) if _dtensor_list(x, DTensor)), moves)
 
 
 # Note [local moves]
@@ -465,18 +486,24 @@ def _fast_moves(plan: _Plan, tensors: list, args: tuple, kwargs: dict, mesh: Any
     if not (plan.in_place or all(src is None for src in sources)):
         return None
     if any(type(a) not in (DTensor, torch.Tensor) and type(a) not in _SCALARS
-           and not _int_list(a) for a in args):
+           and not _int_list(a) and not _dtensor_list(a, DTensor) for a in args):
         return None
     if any(type(t) is DTensor and t._pinned for t in tensors):
         return None
     replicated = (Replicate(),) * len(d.op.mesh_shape)
-    positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    # argument position per tensor, in the order _dispatch described them (None: in a list)
+    positions: list[int | None] = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            positions.append(i)
+        elif _dtensor_list(a, DTensor):
+            positions += [None] * len(a)
     moves = []
     for i, want, t in zip(positions, d.chosen.inputs, tensors):
         have = t._spec.placements if type(t) is DTensor else replicated
         if want == have:
             continue
-        if type(t) is not DTensor:
+        if type(t) is not DTensor or i is None:
             return None
         shape = t._spec.shape
         steps = planner.plan(have, want, mesh.shape, shape, itemsize=t.dtype.itemsize)

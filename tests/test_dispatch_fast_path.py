@@ -23,7 +23,8 @@ def test_repeated_calls_take_the_fast_path_and_agree_with_the_general_path():
         a = distribute_tensor(full, mesh, [Shard(0)])
         r = distribute_tensor(full.t().contiguous(), mesh, [Replicate()])
         calls = [lambda: a + a, lambda: torch.mm(a, r), lambda: a.view(6, 2, 2),
-                 lambda: a.split(2, 1), lambda: aten.mul.Scalar(a, 3)]
+                 lambda: a.split(2, 1), lambda: aten.mul.Scalar(a, 3),
+                 lambda: torch.cat([a, a, a], 1), lambda: torch.stack((a, a))]
         first = [f() for f in calls]
         entries = _fast_entries(mesh)
         again = [f() for f in calls]
@@ -32,9 +33,11 @@ def test_repeated_calls_take_the_fast_path_and_agree_with_the_general_path():
                 for x, y in zip(u if isinstance(u, (list, tuple)) else [u],
                                 v if isinstance(v, (list, tuple)) else [v]))
             for u, v in zip(first, again))
-        return entries >= len(calls), same, type(again[3]).__name__
+        listed = {k[0] for k in mesh.__dict__["_fast_plans"]} >= {aten.cat.default._op,
+                                                                  aten.stack.default._op}
+        return entries >= len(calls), same, type(again[3]).__name__, listed
 
-    assert _world((3,), body) == [(True, True, "tuple")] * 3
+    assert _world((3,), body) == [(True, True, "tuple", True)] * 3
 
 
 def test_scalars_equal_as_keys_but_not_as_arguments_get_their_own_plans():
