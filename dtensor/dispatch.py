@@ -505,6 +505,8 @@ def _fast_moves(plan: _Plan, tensors: list, args: tuple, kwargs: dict, mesh: Any
             continue
         if type(t) is not DTensor or i is None:
             return None
+        if plan.in_place and i == sources[0][0]:  # the written piece itself: never a copy
+            return None
         shape = t._spec.shape
         steps = planner.plan(have, want, mesh.shape, shape, itemsize=t.dtype.itemsize)
         if not all(step.kind.startswith("local_") for step in steps):
