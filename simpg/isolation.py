@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import operator
 import sys
 import threading
 import warnings
@@ -43,22 +44,28 @@ from typing import Any, Callable
 
 @dataclass(frozen=True)
 class Switch:
-    """One piece of process-wide state, saved and restored per rank."""
+    """One piece of process-wide state, saved and restored per rank.
+
+    Note [cheap switch snapshots]: ``snapshot`` runs at every hand-over, so ``read`` is a
+    C-level getter (``operator.attrgetter`` / ``methodcaller``: no Python frame) of the live
+    value, and a mutable value (``copy``: DTensor's dict of custom op handlers) is copied only
+    when it differs from the rank's last snapshot, which is then returned as it is.
+    """
 
     module: str  # only touched once this module is imported
-    get: Callable[[Any], Any]  # module -> a copy of the value
-    set: Callable[[Any, Any], None]  # (module, value) -> None
+    read: Callable[[Any], Any]  # module -> the live value (not a copy)
+    set: Callable[[Any, Any], None]  # (module, saved value) -> None
     fresh: Callable[[Any], bool]  # whether a value is what a fresh process has
+    copy: Callable[[Any], Any] | None = None  # value -> a copy to save; None: immutable
 
 
 def _attr(name: str, default: Any) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None],
                                             Callable[[Any], bool]]:
-    return ((lambda m: getattr(m, name)), (lambda m, v: setattr(m, name, v)),
+    return (operator.attrgetter(name), (lambda m, v: setattr(m, name, v)),
             (lambda v: v is default))
 
 
-def _handlers(m: Any) -> dict:
-    return m.DTensor._op_dispatcher._custom_op_handlers
+_handlers = operator.attrgetter("DTensor._op_dispatcher._custom_op_handlers")
 
 
 def _no_loss_handlers(value: dict) -> bool:
@@ -74,12 +81,11 @@ def _set_handlers(m: Any, value: dict) -> None:
 
 
 SWITCHES: dict[str, Switch] = {
-    "default dtype": Switch("torch", lambda m: m.get_default_dtype(),  # C++, process-wide
+    "default dtype": Switch("torch", operator.methodcaller("get_default_dtype"),  # C++ global
                             lambda m, v: m.set_default_dtype(v), lambda v: True),
     # loss_parallel() adds its handlers here and removes them on exit
-    "DTensor custom op handlers": Switch("torch.distributed.tensor._api",
-                                         lambda m: dict(_handlers(m)), _set_handlers,
-                                         _no_loss_handlers),
+    "DTensor custom op handlers": Switch("torch.distributed.tensor._api", _handlers,
+                                         _set_handlers, _no_loss_handlers, copy=dict),
     "DTensor RNG tracker": Switch("torch.distributed.tensor._random",
                                   *_attr("_rng_tracker", None)),
     "redistribute min-cost plan flag": Switch(
@@ -91,20 +97,36 @@ SWITCHES: dict[str, Switch] = {
 }
 
 
-def snapshot() -> dict[str, Any]:
-    """The current values of every switch whose module is imported."""
+def snapshot(last: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The current values of every switch whose module is imported; ``last`` itself if it
+    holds them already (Note [cheap switch snapshots]). Saved dicts are never mutated, so
+    ranks whose values agree can share one."""
+    names, reads, modules, copies = _live()
+    values = tuple(map(_call, reads, modules))  # C-level: no Python frame per switch
+    if last is not None and values == tuple(last.values()):
+        return last
+    return {name: v if copy is None else copy(v) for name, v, copy in zip(names, values, copies)}
+
+
+def _live() -> tuple[tuple[str, ...], tuple[Callable[[Any], Any], ...], tuple[Any, ...],
+                     tuple[Callable[[Any], Any] | None, ...]]:
+    """(names, reads, modules, copies) of the switches whose module is imported; looked up
+    again only when sys.modules changed (a µs each time, at every hand-over)."""
     mods = sys.modules
-    count, live = _active
-    if len(mods) != count or any(mods.get(m.__name__) is not m for _, _, m in live):
-        # a module was imported or removed since the last call (the hand-over path calls
-        # this once per hand-over; looking the five modules up each time costs a µs)
-        live = [(name, s.get, mods[s.module]) for name, s in SWITCHES.items()
-                if s.module in mods]
-        _active[:] = [len(mods), live]
-    return {name: get(module) for name, get, module in live}
+    count, module_names, module_objects, live = _active
+    if len(mods) == count and tuple(map(mods.get, module_names)) == module_objects:
+        return live
+    switches = [(name, s) for name, s in SWITCHES.items() if s.module in mods]
+    live = (tuple(name for name, _ in switches), tuple(s.read for _, s in switches),
+            tuple(mods[s.module] for _, s in switches), tuple(s.copy for _, s in switches))
+    module_names = tuple({s.module: None for _, s in switches})
+    _active[:] = [len(mods), module_names, tuple(map(mods.get, module_names)), live]
+    return live
 
 
-_active: list[Any] = [-1, []]  # len(sys.modules) when last looked, [(name, getter, module)]
+_call = getattr(operator, "call", lambda f, *args: f(*args))  # operator.call: Python 3.11+
+# len(sys.modules) when looked, the switches' module names, those modules, _live()'s answer
+_active: list[Any] = [-1, (), (), ((), (), (), ())]
 
 
 def restore(saved: dict[str, Any]) -> None:

@@ -356,14 +356,17 @@ class World:
         _GENERATOR.set_state(me.rng_state)  # torch.set_rng_state, without its Python frame
         if len(me.switches) < len(self.switches):  # a module imported inside the world
             me.switches = {**self.switches, **me.switches}
-        if me.switches != _CPU.switches:  # ranks mostly agree: setting them costs µs
-            restore(me.switches)
-            _CPU.switches = me.switches
+        if me.switches is not _CPU.switches:  # Note [cheap switch snapshots]
+            if me.switches != _CPU.switches:  # ranks mostly agree: setting them costs µs
+                restore(me.switches)
+                _CPU.switches = me.switches
+            else:
+                me.switches = _CPU.switches  # equal and never mutated: share one
 
     def _give_cpu(self, me: RankSlot) -> None:
         if me.has_cpu:
             me.rng_state = _GENERATOR.get_state()
-            me.switches = _CPU.switches = snapshot()
+            me.switches = _CPU.switches = snapshot(me.switches)
             if len(me.switches) > len(self.switches):
                 self.shared_switches += adopt(self.switches, me.switches)
             me.has_cpu = False
