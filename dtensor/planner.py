@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -104,34 +104,50 @@ def step_received(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[
 @lru_cache(maxsize=65536)
 def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                    itemsize: int) -> tuple[tuple[Coord, int], ...]:
-    out: dict[Coord, int] = {c: 0 for c in mesh_coordinates(mesh_shape)}
+    def box_of(placements: tuple[Placement, ...], coord: Coord) -> Box:
+        return local_box(global_shape, mesh_shape, placements, coord)
+
+    out = {c: 0 for c in mesh_coordinates(mesh_shape)}
+    for c, n in _received(step, mesh_shape, box_of):
+        out[c] = n * itemsize
+    return tuple(out.items())
+
+
+def _received(step: Step, mesh_shape: tuple[int, ...], box_of: Callable[[tuple[Placement, ...],
+              Coord], Box]) -> Iterator[tuple[Coord, int]]:
+    """Elements each rank of a collective receives (Note [Cost model]), ``box_of(placements,
+    coord)`` giving the pieces; ranks that receive nothing may be left out."""
     if not step.is_collective:
-        return tuple(out.items())
+        return
 
     def numel(placements: tuple[Placement, ...], coord: Coord) -> int:
-        return box_numel(local_box(global_shape, mesh_shape, placements, coord))
+        return box_numel(box_of(placements, coord))
 
-    for group in mesh_groups(mesh_shape, step.mesh_dims):
+    for group in _groups(mesh_shape, step.mesh_dims):
         n = len(group)
         if step.kind == "all_gather":
             total = sum(numel(step.src, c) for c in group)
             for c in group:
-                out[c] = (total - numel(step.src, c)) * itemsize
+                yield c, total - numel(step.src, c)
         elif step.kind == "all_to_all":
             for c in group:
-                new = local_box(global_shape, mesh_shape, step.dst, c)
-                old = local_box(global_shape, mesh_shape, step.src, c)
-                out[c] = (box_numel(new) - box_numel(box_intersect(new, old))) * itemsize
+                new, old = box_of(step.dst, c), box_of(step.src, c)
+                yield c, box_numel(new) - box_numel(box_intersect(new, old))
         elif step.kind == "all_reduce":
             s = numel(step.src, group[0])
             for i, c in enumerate(group):
                 part = s // n + (1 if i < s % n else 0)
-                out[c] = 2 * (s - part) * itemsize
+                yield c, 2 * (s - part)
         else:  # reduce_scatter
             s = numel(step.src, group[0])
             for c in group:
-                out[c] = (s - numel(step.dst, c)) * itemsize
-    return tuple(out.items())
+                yield c, s - numel(step.dst, c)
+
+
+@lru_cache(maxsize=1024)
+def _groups(mesh_shape: tuple[int, ...], mesh_dims: tuple[int, ...]
+            ) -> tuple[tuple[Coord, ...], ...]:
+    return tuple(tuple(g) for g in mesh_groups(mesh_shape, mesh_dims))
 
 
 def step_bytes(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[int],
@@ -179,6 +195,8 @@ def plan(src_placements: Sequence[Placement | int], dst_placements: Sequence[Pla
     ['all_gather(0,1) [S(0),S(0)]->[R,R]']
     """
     src_t, dst_t = tuple(src_placements), tuple(dst_placements)
+    if itemsize > 0:
+        itemsize = 1  # it scales every step's bytes alike: the plan is the same at any size
     if all(isinstance(p, _PLACEMENT_TYPES) for p in src_t + dst_t):
         # placement objects only: an int (or a bool, equal to one) is normalized first
         return _plan_of(src_t, dst_t, tuple(mesh_shape), tuple(global_shape), itemsize)
@@ -202,8 +220,8 @@ def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: t
     if src == dst:
         return ()
     ops = tuple(sorted({p.reduce_op for p in src + dst if isinstance(p, Partial)}))
-    if _enumerates_all(ndim, len(ops), mesh_ndim):
-        return _state_graph(mesh_shape, global_shape, itemsize, ops).search(src).path_to(dst)
+    if itemsize > 0 and _enumerates_all(ndim, len(ops), mesh_ndim):
+        return _state_graph(mesh_shape, global_shape, ops).search(src).path_to(dst)
     return _plan(src, dst, mesh_shape, global_shape, itemsize)
 
 
@@ -219,8 +237,9 @@ def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
 
 # Note [one search per source]
 # Where _edges enumerates every target list (_enumerates_all: 1-d and 2-d meshes for all but
-# very high-rank tensors), the planner's graph depends only on (mesh, shape, itemsize, the
-# Partial kinds of the universe), not on the pair asked for: so one Dijkstra per source,
+# very high-rank tensors), the planner's graph depends only on (mesh, shape, the Partial kinds
+# of the universe), not on the pair asked for (nor on the itemsize, which scales every step's
+# bytes alike and so leaves their order as it is): so one Dijkstra per source,
 # kept and resumed, answers every target. A target already settled is a dict hit; a new one
 # pops more of the same heap. The heap sees the same pushes in the same order as a fresh
 # search for that one pair would (edges in _edges' order, ties broken by push order, a state
@@ -230,19 +249,27 @@ def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
 
 
 @lru_cache(maxsize=1024)
-def _state_graph(mesh_shape: tuple[int, ...], global_shape: tuple[int, ...], itemsize: int,
+def _state_graph(mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                  ops: tuple[str, ...]) -> _StateGraph:
-    return _StateGraph(mesh_shape, global_shape, itemsize, ops)
+    return _StateGraph(mesh_shape, global_shape, ops)
 
 
 class _StateGraph:
-    """The planner's states of one (mesh, shape, itemsize, Partial kinds) and the edges out of
-    each, found when first needed; one resumable search per source state."""
+    """The planner's states of one (mesh, shape, Partial kinds) and the edges out of each,
+    found when first needed, priced in elements; one resumable search per source state.
+
+    Every step's bytes are its elements times the itemsize, so costs compare alike at every
+    itemsize and one graph serves them all. Each state's pieces are computed once, for
+    ``classify``'s and the cost model's box tests alike.
+    """
 
     def __init__(self, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
-                 itemsize: int, ops: tuple[str, ...]) -> None:
-        self.mesh_shape, self.global_shape, self.itemsize = mesh_shape, global_shape, itemsize
+                 ops: tuple[str, ...]) -> None:
+        self.mesh_shape, self.global_shape = mesh_shape, global_shape
         self.universe = _universe(len(global_shape), ops)
+        self.coords = tuple(mesh_coordinates(mesh_shape))
+        self._coord_index = {c: k for k, c in enumerate(self.coords)}
+        self._boxes: dict[tuple[Placement, ...], tuple[Box, ...]] = {}
         self.index: dict[tuple[Placement, ...], int] = {}
         self.states: list[tuple[Placement, ...]] = []
         self._edges: dict[int, list[tuple[int, int, Step]]] = {}
@@ -256,17 +283,33 @@ class _StateGraph:
             self.states.append(state)
         return i
 
+    def boxes(self, state: tuple[Placement, ...]) -> tuple[Box, ...]:
+        """The piece at each coordinate, in ``mesh_coordinates`` order."""
+        out = self._boxes.get(state)
+        if out is None:
+            out = self._boxes[state] = tuple(local_box(self.global_shape, self.mesh_shape,
+                                                       state, c) for c in self.coords)
+        return out
+
+    def box_of(self, state: tuple[Placement, ...], coord: Coord) -> Box:
+        return self.boxes(state)[self._coord_index[coord]]
+
     def edges(self, i: int) -> list[tuple[int, int, Step]]:
         """(target id, cost increment, step) per edge out of state ``i``, in ``_edges``' order;
-        the increment packs (bytes, collectives, steps) into one int (``_pack``)."""
+        the increment packs (elements, collectives, steps) into one int (``_pack``)."""
         out = self._edges.get(i)
         if out is None:
             state = self.states[i]
-            out = [(self.id_of(step.dst),
-                    _pack(step_bytes(step, self.mesh_shape, self.global_shape, self.itemsize),
-                          step.is_collective, 1), step)
-                   for step in _edges(state, state, self.universe, self.mesh_shape,
-                                      self.global_shape)]
+            mine = self.boxes(state)
+
+            def step_to(new: tuple[Placement, ...]) -> Step | None:
+                return _classify(state, new, lambda: zip(mine, self.boxes(new)))
+
+            out = []
+            for step in _edges(state, state, self.universe, self.mesh_shape, self.global_shape,
+                               step_to):
+                elements = sum(n for _, n in _received(step, self.mesh_shape, self.box_of))
+                out.append((self.id_of(step.dst), _pack(elements, step.is_collective, 1), step))
             self._edges[i] = out
         return out
 
@@ -378,9 +421,12 @@ def _plan(src: tuple[Placement, ...], dst: tuple[Placement, ...], mesh_shape: tu
 
 
 def _edges(state: tuple[Placement, ...], dst: tuple[Placement, ...], universe: list[Placement],
-           mesh_shape: tuple[int, ...], global_shape: tuple[int, ...]) -> Iterator[Step]:
+           mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
+           step_to: Callable[[tuple[Placement, ...]], Step | None] | None = None
+           ) -> Iterator[Step]:
     """Steps out of ``state``: every placement list that differs on a set of mesh dims, when
-    there are few enough; otherwise one placement on mesh dims that share one, or ``dst``'s."""
+    there are few enough; otherwise one placement on mesh dims that share one, or ``dst``'s.
+    ``step_to(new)`` stands in for ``classify(state, new, ...)`` where given."""
     seen = set()
     for r in range(1, len(state) + 1):
         for dims in itertools.combinations(range(len(state)), r):
@@ -397,8 +443,10 @@ def _edges(state: tuple[Placement, ...], dst: tuple[Placement, ...], universe: l
                     new[m] = q
                 if any(new[m] == state[m] for m in dims) or tuple(new) in seen:
                     continue
-                seen.add(tuple(new))
-                step = classify(state, tuple(new), mesh_shape, global_shape)
+                target = tuple(new)
+                seen.add(target)
+                step = (classify(state, target, mesh_shape, global_shape) if step_to is None
+                        else step_to(target))
                 if step is not None:
                     yield step
 
@@ -412,6 +460,12 @@ _FULL_ENUMERATION = 64
 def classify(src: tuple[Placement, ...], dst: tuple[Placement, ...],
              mesh_shape: tuple[int, ...], global_shape: tuple[int, ...]) -> Step | None:
     """The one step that turns ``src`` into ``dst``, or None when no single step does."""
+    return _classify(src, dst, _boxes_fn(src, dst, mesh_shape, global_shape))
+
+
+def _classify(src: tuple[Placement, ...], dst: tuple[Placement, ...],
+              boxes: Callable[[], Iterable[tuple[Box, Box]]]) -> Step | None:
+    """``classify``, with ``boxes()`` giving (src piece, dst piece) at every coordinate."""
     if not _families_ok(dst):
         return None
     dims = tuple(m for m in range(len(src)) if src[m] != dst[m])
@@ -419,7 +473,6 @@ def classify(src: tuple[Placement, ...], dst: tuple[Placement, ...],
         return None
     a = {src[m] for m in dims}
     b = {dst[m] for m in dims}
-    boxes = _boxes_fn(src, dst, mesh_shape, global_shape)
     if all(not isinstance(p, Partial) for p in a | b):
         if all(box_contains(old, new) for old, new in boxes()):
             return Step("local_slice", dims, src, dst)
