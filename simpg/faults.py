@@ -60,18 +60,19 @@ def check_faults(faults: tuple[Fault, ...] | list[Fault],
     return by_rank
 
 
-def apply_fault(world: World, op: str, site: str) -> None:
-    """Count the calling rank's collective and fire a fault planned for it."""
-    k = world.count_call()
+def apply_fault(world: World, rank: int, op: str, site: object) -> None:
+    """Count the collective that ``rank`` (the calling one) issues and fire a fault planned
+    for it."""
+    k = world.count_call(rank)
     if not world.faults:
         return
-    for fault in world.faults.get(world.current_rank(), ()):
+    for fault in world.faults.get(rank, ()):
         if fault.call != k:
             continue
         if isinstance(fault, RaiseAt):
             error = copy.copy(fault.error)  # a fresh instance each run: notes do not pile up
             error.__notes__ = list(getattr(fault.error, "__notes__", ()))
             error.add_note(f"[simpg] fault injected at call #{k} of rank "
-                           f"{world.current_rank()}: {op} at {site}")
+                           f"{rank}: {op} at {site}")
             raise error
         world.wait_until(_Stalled(f"{op} at {site}: stalled by fault injection (call #{k})"))

@@ -31,8 +31,17 @@ _REDUCE_OPS = {
 }
 
 
+_RED_OP_TYPE = dist.ReduceOp.RedOpType
+# keyed by the enum's value: hashing a pybind enum and comparing it are Python-level calls
+_REDUCE_OPS_BY_VALUE = {int(k): v for k, v in _REDUCE_OPS.items()}
+
+
 def reduce_op_name(op: Any) -> str:
-    name = _REDUCE_OPS.get(getattr(op, "op", op))
+    kind = op.op if type(op) is dist.ReduceOp else op
+    if type(kind) is _RED_OP_TYPE:
+        name = _REDUCE_OPS_BY_VALUE.get(int(kind))
+    else:
+        name = _REDUCE_OPS.get(getattr(op, "op", op))
     if name is None:
         raise ValueError(
             f"simpg does not support reduce op {op!r}: expected one of SUM, AVG, PRODUCT, MIN, "
@@ -102,6 +111,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def __init__(self, world: World, group: GroupInfo, group_rank: int, is_default: bool) -> None:
         super().__init__(group_rank, group.size)
         self._world, self._group, self._group_rank = world, group, group_rank
+        self._rank = group.ranks[group_rank]  # in the world
         self._is_default = is_default
         self._seq = 0
         self._epoch = 0  # world.epoch when _seq was last reset (see simpg.subtests)
@@ -162,7 +172,7 @@ class SimProcessGroup(dist.ProcessGroup):
         site = caller_site()
         if world.schedule_seed is not None:
             world.preempt()
-        apply_fault(world, op, site)
+        apply_fault(world, self._rank, op, site)
         call = Call(op, self._group, self._group_rank, dtype, (op, dtype) + signature, summary,
                     payload, site)
         if self._epoch != world.epoch:
@@ -186,7 +196,7 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         dtype = _check_tensors("tensors", tensors)
         op = self._reduce_op(opts, dtype)
-        shapes = tuple(_shape(t) for t in tensors)
+        shapes = tuple([tuple(t.shape) for t in tensors])
         summary = _summary("all_reduce", shapes=list(shapes), dtype=dtype, op=op)
         return self._issue("all_reduce", dtype, (op, shapes), summary,
                            {"tensors": tensors, "reduce_op": op, "inputs": tensors})
@@ -407,7 +417,7 @@ class SimProcessGroup(dist.ProcessGroup):
         world.check_failed()
         site = caller_site()
         world.preempt()
-        apply_fault(world, op, site)
+        apply_fault(world, self._rank, op, site)
         return Call(op, self._group, self._group_rank, t.dtype, (op,), summary, {"inputs": t},
                     site)
 

@@ -35,7 +35,7 @@ class GroupInfo:
         return len(self.ranks)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Call:
     """One rank's side of one collective."""
 
@@ -46,7 +46,7 @@ class Call:
     signature: tuple  # what must be equal on every rank of the group
     summary: Callable[[], str]  # e.g. "all_reduce(shape=(4,), ...)"; built only for reports
     payload: Any  # the tensors and options the compute function reads
-    site: str  # file:line of the user code that issued it
+    site: Site  # the user code that issued it; str() gives file:line
     issued_s: float = field(default_factory=time.perf_counter)
 
     def describe(self) -> str:
@@ -75,9 +75,12 @@ class Work(dist.Work):
     def __init__(self, world: World, call: Call, slot: Slot | PendingRecv) -> None:
         super().__init__()
         self._world, self._call, self._slot = world, call, slot
-        self.is_collective = isinstance(slot, Slot)
         self._unwaited = world.rendezvous.unwaited  # type: ignore[attr-defined]
         self._unwaited[id(self)] = self  # Note [un-waited work]
+
+    @property
+    def is_collective(self) -> bool:  # read by deadlock reports only
+        return isinstance(self._slot, Slot)
 
     def ready(self) -> bool:
         return self._slot.done
@@ -220,9 +223,11 @@ class Rendezvous:
     def _complete(self, slot: Slot) -> None:
         calls: list[Call] = slot.calls  # type: ignore[assignment]
         first = calls[0]
-        if any(c.signature != first.signature for c in calls):
-            self._mismatch(slot, "ranks issued different collectives")
-            return
+        signature = first.signature
+        for c in calls:
+            if c.signature != signature:
+                self._mismatch(slot, "ranks issued different collectives")
+                return
         try:
             outputs, traffic = self._compute[first.op](calls)
         except ValueError as e:  # inputs that disagree across ranks
@@ -345,8 +350,41 @@ _SKIP = ("simpg.process_group", "simpg.rendezvous", "simpg.faults", "torch.distr
 _skip_code: dict[Any, bool] = {}  # code object -> whether it is library code
 
 
-def caller_site() -> str:
-    """file:line of the user code that issued the call, skipping simpg and torch.distributed."""
+class Site:
+    """Where user code issued a call: ``str()`` gives ``file:line``.
+
+    Note [lazy call sites]: every call records its site, and reports (deadlocks, mismatches,
+    un-waited work, faults) are rare, so the site keeps the frame's code and instruction
+    offset, both read without work, and finds the line only when a report prints it.
+    The frame itself is not kept: it would hold the caller's locals (tensors) alive, and its
+    line moves on as it runs.
+    """
+
+    __slots__ = ("code", "lasti")
+
+    def __init__(self, code: Any, lasti: int) -> None:
+        self.code, self.lasti = code, lasti
+
+    @property
+    def lineno(self) -> int | None:
+        if self.code is None:
+            return None
+        for start, end, line in self.code.co_lines():  # what frame.f_lineno looks up
+            if start <= self.lasti < end:
+                return line
+        return None
+
+    def __str__(self) -> str:
+        if self.code is None:
+            return "<unknown>"
+        return f"{self.code.co_filename}:{self.lineno}"
+
+    def __repr__(self) -> str:
+        return f"Site({str(self)!r})"
+
+
+def caller_site() -> Site:
+    """The user code that issued the call, skipping simpg and torch.distributed."""
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
@@ -355,6 +393,6 @@ def caller_site() -> str:
             module = frame.f_globals.get("__name__", "")
             skip = _skip_code[code] = module.startswith(_SKIP)
         if not skip:
-            return f"{code.co_filename}:{frame.f_lineno}"
+            return Site(code, frame.f_lasti)
         frame = frame.f_back
-    return "<unknown>"
+    return Site(None, -1)

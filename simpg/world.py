@@ -247,9 +247,9 @@ class World:
         if getattr(self._local, "rank", None) is not None:
             self.leave()
 
-    def count_call(self) -> int:
-        """Count a collective issued by the calling rank; returns its 1-based index."""
-        me = self._ranks[self.current_rank()]
+    def count_call(self, rank: int) -> int:
+        """Count a collective issued by ``rank``, the calling one; returns its 1-based index."""
+        me = self._ranks[rank]
         me.calls += 1
         self._since = time.monotonic()  # reaching a collective is progress (the timeout)
         return me.calls
