@@ -27,6 +27,7 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -272,7 +273,7 @@ class _StateGraph:
         self._boxes: dict[tuple[Placement, ...], tuple[Box, ...]] = {}
         self.index: dict[tuple[Placement, ...], int] = {}
         self.states: list[tuple[Placement, ...]] = []
-        self._edges: dict[int, list[tuple[int, int, Step]]] = {}
+        self._edges: dict[int, tuple[list[tuple[int, int, Step]], Iterator[Step]]] = {}
         self._searches: dict[int, _Search] = {}
         self._lock = threading.Lock()
 
@@ -294,24 +295,30 @@ class _StateGraph:
     def box_of(self, state: tuple[Placement, ...], coord: Coord) -> Box:
         return self.boxes(state)[self._coord_index[coord]]
 
-    def edges(self, i: int) -> list[tuple[int, int, Step]]:
-        """(target id, cost increment, step) per edge out of state ``i``, in ``_edges``' order;
-        the increment packs (elements, collectives, steps) into one int (``_pack``)."""
+    def edge(self, i: int, k: int) -> tuple[int, int, Step] | None:
+        """The ``k``-th edge out of state ``i`` in ``_edges``' order, None past the last:
+        (target id, cost increment, step), the increment packing (elements, collectives,
+        steps) into one int (``_pack``). Edges are classified as far as asked, no further."""
         out = self._edges.get(i)
         if out is None:
-            state = self.states[i]
-            mine = self.boxes(state)
+            out = self._edges[i] = ([], self._edge_iter(i))
+        found, more = out
+        while len(found) <= k:
+            step = next(more, None)
+            if step is None:
+                return None
+            elements = sum(n for _, n in _received(step, self.mesh_shape, self.box_of))
+            found.append((self.id_of(step.dst), _pack(elements, step.is_collective, 1), step))
+        return found[k]
 
-            def step_to(new: tuple[Placement, ...]) -> Step | None:
-                return _classify(state, new, lambda: zip(mine, self.boxes(new)))
+    def _edge_iter(self, i: int) -> Iterator[Step]:
+        state = self.states[i]
+        mine = self.boxes(state)
 
-            out = []
-            for step in _edges(state, state, self.universe, self.mesh_shape, self.global_shape,
-                               step_to):
-                elements = sum(n for _, n in _received(step, self.mesh_shape, self.box_of))
-                out.append((self.id_of(step.dst), _pack(elements, step.is_collective, 1), step))
-            self._edges[i] = out
-        return out
+        def step_to(new: tuple[Placement, ...]) -> Step | None:
+            return _classify(state, new, lambda: zip(mine, self.boxes(new)))
+
+        return _edges(state, state, self.universe, self.mesh_shape, self.global_shape, step_to)
 
     def search(self, src: tuple[Placement, ...]) -> _Search:
         with self._lock:
@@ -331,25 +338,34 @@ def _pack(nbytes: int, collectives: int, steps: int) -> int:
     return (nbytes << (2 * _LOW)) | (collectives << _LOW) | steps
 
 
+_CURSOR = -2  # a heap entry's "from" for a state's cursor over its edges (Note [lazy edges])
+_BLOCK = 32  # tie numbers per settled state: one per edge, fewer than 2 ** 32
+
+
 class _Search:
     """Dijkstra from one state, stopped at the last target asked for and resumed for the next
     (Note [one search per source]).
 
-    A settled state's edges are pushed only when the search first needs a cost above its own
-    (``pending``): every edge adds a step, so they cost more than the state itself, and the
-    states settled at one cost are expanded in the order they settled, as an eager search
-    does; their pushes come in the same order, and a target reached at the cost of the states
-    before it settled needs none of their edges (a search from R to a one-step local slice
-    expands R alone, not each zero-byte state settled ahead of its target).
+    Note [lazy edges]
+    A settled state does not classify its edges at once: it pushes one cursor standing for all
+    of them, keyed by the least cost any of them can have (its own plus one step) and the
+    first of a block of tie numbers, one per edge in ``_edges``' order, taken in the order
+    states settle, as an eager search numbers its pushes. Popping the cursor classifies one
+    edge, pushes it with its own cost and tie number, and pushes the cursor back for the rest.
+    Every entry keeps the cost and relative tie order the eager search gives it, and an edge
+    is classified only before anything its cursor could precede: so states settle in the
+    eager order, and a search stopped at its target never classifies the edges it did not
+    need (reaching a two-step local target from R classifies the edges of the one-step
+    states up to the one that leads there, not all edges of all of them).
     """
 
     def __init__(self, graph: _StateGraph, src: int) -> None:
         self.graph, self.src = graph, src
-        self.heap: list[tuple[int, int, int, int, Step | None]] = [(0, 0, src, -1, None)]
-        self.tie = itertools.count(1)
+        # (cost, tie, state, from, step) for an edge; (cost, tie, state, _CURSOR, k) for the
+        # cursor at state's k-th edge
+        self.heap: list[tuple[int, int, int, int, Any]] = [(0, 0, src, -1, None)]
+        self.blocks = itertools.count(1)
         self.settled: dict[int, tuple[int, int, Step | None]] = {}  # id -> (cost, from, step)
-        self.pending: list[int] = []  # settled at cost ``level``, edges not pushed yet
-        self.level = 0
         self.paths: dict[int, tuple[Step, ...]] = {src: ()}
 
     def path_to(self, dst: tuple[Placement, ...]) -> tuple[Step, ...]:
@@ -359,32 +375,27 @@ class _Search:
             path = self.paths.get(j)
             if path is not None:
                 return path
-            settled, heap, pending = self.settled, self.heap, self.pending
+            settled, heap = self.settled, self.heap
             while j not in settled:
-                if pending and (not heap or heap[0][0] > self.level):
-                    self._expand()
-                    continue
                 if not heap:
                     raise ValueError(
                         f"no plan from {fmt_placements(g.states[self.src])} to "
                         f"{fmt_placements(dst)} on mesh {g.mesh_shape} for shape "
                         f"{g.global_shape}")  # every state reaches R..R
-                cost, _, i, came_from, step = heapq.heappop(heap)
+                cost, tie, i, came_from, x = heapq.heappop(heap)
+                if came_from == _CURSOR:
+                    edge = g.edge(i, x)
+                    if edge is not None:
+                        k, inc, step = edge
+                        if k not in settled:
+                            heapq.heappush(heap, (cost - 1 + inc, tie, k, i, step))
+                        heapq.heappush(heap, (cost, tie + 1, i, _CURSOR, x + 1))
+                    continue
                 if i in settled:
                     continue
-                settled[i] = (cost, came_from, step)
-                pending.append(i)
-                self.level = cost
+                settled[i] = (cost, came_from, x)
+                heapq.heappush(heap, (cost + 1, next(self.blocks) << _BLOCK, i, _CURSOR, 0))
             return self._path(j)
-
-    def _expand(self) -> None:
-        settled, heap, tie = self.settled, self.heap, self.tie
-        for i in self.pending:
-            cost = settled[i][0]
-            for k, inc, st in self.graph.edges(i):
-                if k not in settled:
-                    heapq.heappush(heap, (cost + inc, next(tie), k, i, st))
-        self.pending.clear()
 
     def _path(self, j: int) -> tuple[Step, ...]:
         path = self.paths.get(j)
