@@ -249,7 +249,7 @@ def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
 # for step (tests/test_planner.py checks both against each other and against brute force).
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)  # a few hundred kB at most each; a sweep's op reuses its own
 def _state_graph(mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                  ops: tuple[str, ...]) -> _StateGraph:
     return _StateGraph(mesh_shape, global_shape, ops)

@@ -123,7 +123,7 @@ def _dtensors(s: Sample, mesh: Any, placements: Sequence[Sequence[Placement]],
     flat, tree = pytree.tree_flatten(clone_sample(s))
     leaves: list[torch.Tensor] = []
     for i, a, p in _placed(flat, placements):
-        local = _pieces(a, p, tuple(mesh.shape), seed, i)[coord]
+        local = _piece(a, p, tuple(mesh.shape), seed, i, coord)
         if requires_grad and (a.is_floating_point() or a.is_complex()):
             local.requires_grad_(True)
             leaves.append(local)
@@ -148,6 +148,15 @@ def _pieces(a: torch.Tensor, p: tuple[Placement, ...], mesh_shape: tuple[int, ..
     """The pieces per mesh coordinate of leaf ``position``: the one split both the DTensor
     inputs and the reference (Note [reference on the held values]) are made from."""
     return shard_full(a, mesh_shape, p, seed + position)
+
+
+def _piece(a: torch.Tensor, p: tuple[Placement, ...], mesh_shape: tuple[int, ...], seed: int,
+           position: int, coord: tuple[int, ...]) -> torch.Tensor:
+    """``_pieces(...)[coord]``, without making the other ranks' pieces where no Partial
+    splits the value (shard_full's piece is then the slice of the value, copied)."""
+    if any(isinstance(q, Partial) for q in p):
+        return _pieces(a, p, mesh_shape, seed, position)[coord]
+    return a[local_slices(tuple(a.shape), mesh_shape, p, coord)].clone()
 
 
 def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
@@ -215,8 +224,6 @@ def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
     """Run one case on this rank; its Failure or None. ``on_error(exc)`` is told of an
     exception first (the world aborts the case on every rank, see ``sweep.run_world``)."""
     mesh_shape = tuple(mesh.shape)
-    label = case_id(e.key, placements, mesh_shape)
-    k = kind(mesh_shape, s.tensors(), placements)
     try:
         found = _end_to_end(e, s, call, mesh, placements, tier, seed)
     except SimpgError:
@@ -228,8 +235,9 @@ def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
     if found is None:
         return None
     cause, reason = found
-    return Failure(tier, e.key, s.index, s.describe(), mesh_shape, placements, reason, k,
-                   label, cause)
+    return Failure(tier, e.key, s.index, s.describe(), mesh_shape, placements, reason,
+                   kind(mesh_shape, s.tensors(), placements),
+                   case_id(e.key, placements, mesh_shape), cause)
 
 
 _DRAW_SEED = 20261201
