@@ -64,7 +64,10 @@ current_state: contextvars.ContextVar[RankC10dState | None] = contextvars.Contex
 
 def _delegate(name: str, writable: bool) -> property:
     def get(self: _PerRankWorld) -> Any:
-        return getattr(self._target(), name)
+        # a simulated rank's collective reads default_pg and pg_coalesce_state four times:
+        # the rank's own state is looked up inline, without _target's frame
+        state = current_state.get()
+        return getattr(self._target() if state is None else state, name)
 
     def set_(self: _PerRankWorld, value: Any) -> None:
         setattr(self._target(), name, value)

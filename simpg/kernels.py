@@ -59,8 +59,12 @@ def reduce_into(outs: Sequence[Tensor], ins: Sequence[Tensor], op: str) -> None:
     >>> reduce_into([a, b], [a, b], "sum"); a.tolist(), b.tolist()
     ([4.0, 6.0], [4.0, 6.0])
     """
-    with _NoGrad():
+    was = torch.is_grad_enabled()  # _NoGrad without its two Python calls: the hot path
+    torch._C._set_grad_enabled(False)
+    try:
         _reduce_into(outs, ins, op)
+    finally:
+        torch._C._set_grad_enabled(was)
 
 
 def _reduce_into(outs: Sequence[Tensor], ins: Sequence[Tensor], op: str) -> None:

@@ -72,6 +72,8 @@ class Slot:
 class Work(dist.Work):
     """A rank's handle on a collective or message; ``wait()`` runs other ranks meanwhile."""
 
+    __slots__ = ("_world", "_call", "_slot", "_unwaited")  # one per call per rank: no dict
+
     def __init__(self, world: World, call: Call, slot: Slot | PendingRecv) -> None:
         super().__init__()
         self._world, self._call, self._slot = world, call, slot
