@@ -27,14 +27,27 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
-from dtensor.layout import (Box, box_contains, box_intersect, box_numel, local_box,
-                            mesh_coordinates, mesh_groups)
-from dtensor.placements import (Partial, Placement, Replicate, Shard, fmt_placements,
-                                normalize_placements)
+from dtensor.layout import (
+    Box,
+    box_contains,
+    box_intersect,
+    box_numel,
+    local_box,
+    mesh_coordinates,
+    mesh_groups,
+)
+from dtensor.placements import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    fmt_placements,
+    normalize_placements,
+)
 
 COLLECTIVE_KINDS = ("all_gather", "all_to_all", "all_reduce", "reduce_scatter")
 LOCAL_KINDS = ("local_slice", "local_partial", "local_scale")
