@@ -101,21 +101,21 @@ def snapshot(last: dict[str, Any] | None = None) -> dict[str, Any]:
     """The current values of every switch whose module is imported; ``last`` itself if it
     holds them already (Note [cheap switch snapshots]). Saved dicts are never mutated, so
     ranks whose values agree can share one."""
-    names, reads, modules, copies = _live()
+    mods = sys.modules
+    count, module_names, module_objects, live = _active
+    if len(mods) != count or tuple(map(mods.get, module_names)) != module_objects:
+        live = _look_up_live()  # a module was imported or removed since the last call
+    names, reads, modules, copies = live
     values = tuple(map(_call, reads, modules))  # C-level: no Python frame per switch
     if last is not None and values == tuple(last.values()):
         return last
     return {name: v if copy is None else copy(v) for name, v, copy in zip(names, values, copies)}
 
 
-def _live() -> tuple[tuple[str, ...], tuple[Callable[[Any], Any], ...], tuple[Any, ...],
-                     tuple[Callable[[Any], Any] | None, ...]]:
-    """(names, reads, modules, copies) of the switches whose module is imported; looked up
-    again only when sys.modules changed (a µs each time, at every hand-over)."""
+def _look_up_live() -> tuple[tuple[str, ...], tuple[Callable[[Any], Any], ...],
+                             tuple[Any, ...], tuple[Callable[[Any], Any] | None, ...]]:
+    """(names, reads, modules, copies) of the switches whose module is imported."""
     mods = sys.modules
-    count, module_names, module_objects, live = _active
-    if len(mods) == count and tuple(map(mods.get, module_names)) == module_objects:
-        return live
     switches = [(name, s) for name, s in SWITCHES.items() if s.module in mods]
     live = (tuple(name for name, _ in switches), tuple(s.read for _, s in switches),
             tuple(mods[s.module] for _, s in switches), tuple(s.copy for _, s in switches))
@@ -125,7 +125,8 @@ def _live() -> tuple[tuple[str, ...], tuple[Callable[[Any], Any], ...], tuple[An
 
 
 _call = getattr(operator, "call", lambda f, *args: f(*args))  # operator.call: Python 3.11+
-# len(sys.modules) when looked, the switches' module names, those modules, _live()'s answer
+# len(sys.modules) when looked, the switches' module names, those modules, what
+# _look_up_live found
 _active: list[Any] = [-1, (), (), ((), (), (), ())]
 
 
