@@ -41,7 +41,6 @@ from torch.utils import _pytree as pytree
 
 import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug, planner
-from dtensor.debug import _ENV, _records
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
 from dtensor.foreign import check_dispatch_types
@@ -195,13 +194,11 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
     # keywords) are keyed without the loop
     n = len(args)
     key: Any = None
-    if kwargs:
-        pass
-    elif n == 2 and type(a := args[0]) is cls and type(b := args[1]) is cls \
+    if not kwargs and n == 2 and type(a := args[0]) is cls and type(b := args[1]) is cls \
             and not a._pinned and not b._pinned and a._spec.mesh is b._spec.mesh:
         mesh = a._spec.mesh
         key = (func._op, a._tspec, b._tspec)
-    elif n == 1 and type(a := args[0]) is cls and not a._pinned:
+    elif not kwargs and n == 1 and type(a := args[0]) is cls and not a._pinned:
         mesh = a._spec.mesh
         key = (func._op, a._tspec)
     if key is None:
@@ -256,9 +253,7 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
             return _dispatch(cls, func, args, kwargs or {})
     fast = mesh.__dict__.get("_fast_plans")
     entry = fast.get(key) if fast is not None else None
-    # debug.recording() and the check of plain tensors, inlined (two calls less per op)
-    if entry is None or _records.get() is not None or _check_plain.get() \
-            or (_ENV is None or b"DTENSOR_DEBUG" in _ENV) and debug.recording():
+    if entry is None or debug.recording() or _check_plain.get():
         return _dispatch(cls, func, args, kwargs or {}, key)
     if entry.rewrite or entry.moves or entry.lists or n > 2:  # no comprehension: a frame
         largs: Any = list(args)
