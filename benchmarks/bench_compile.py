@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import simpg
-from simpg.testing import torch_meshes_per_rank
+import simpg  # noqa: E402
+from simpg.testing import torch_meshes_per_rank  # noqa: E402
 
 LIBS = ("ours", "torch")
 

@@ -5,9 +5,10 @@ DTensor is a traceable wrapper subclass: ``__tensor_flatten__`` names its one in
 (``_local_tensor``) and a context ``(spec, binding, requires_grad)``. Dynamo guards
 on that context by equality, so a compiled graph is reused only for inputs with the same
 mesh, placements, global shape, stride and dtype, bound the same way (``binding``: this
-rank's mesh coordinate and the names of its groups). The binding matters where ranks share a process (simpg runs ranks as threads, and dynamo's
-cache is per code object, process-wide): a graph bakes in this rank's process groups and its
-pieces' shapes and offsets, and would be wrong on any other rank. Under torchrun it is a
+rank's mesh coordinate and the names of its groups). The binding matters where ranks share
+a process (simpg runs ranks as threads, and dynamo's cache is per code object, process-wide):
+a graph bakes in this rank's process groups and its pieces' shapes and offsets, and would be
+wrong on any other rank. Under torchrun it is a
 constant of the process.
 
 AOTAutograd then runs ``__torch_dispatch__`` with fake local tensors and under

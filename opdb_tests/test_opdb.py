@@ -152,12 +152,21 @@ def test_expected_failures_name_real_variants_and_tiers() -> None:
 
 def test_coverage_matrix_is_fresh() -> None:
     """The checked-in matrix records a hash of everything that determines it (dtensor/ and
-    the opdb_tests engine sources, the torch version); any change to them makes it stale."""
+    the opdb_tests engine sources, the torch version); any change to their code makes it stale."""
     recorded = coverage.recorded_hash()
     assert recorded == coverage.inputs_hash(), (
         "opdb_tests/coverage_matrix.txt is stale (dtensor/ or the opdb_tests engine changed "
         "since it was written): run  .venv/bin/python -m opdb_tests.coverage  and commit the "
         "matrix, COVERAGE.md and coverage.png")
+
+
+def test_matrix_hash_ignores_docs_and_comments_but_not_code() -> None:
+    before = 'def f(x):\n    return x + 1\n'
+    documented = '"""Module doc."""\ndef f(x):  # why\n    """Doc."""\n\n    return x + 1\n'
+    assert coverage._code_only(before) == coverage._code_only(documented)
+    assert coverage._code_only(before) != coverage._code_only(before.replace("1", "2"))
+    assert coverage._code_only('def f():\n    """Only a doc."""\n') \
+        != coverage._code_only('def f():\n    return "Only a doc."\n')
 
 
 def test_readme_coverage_figures_match_coverage_md() -> None:

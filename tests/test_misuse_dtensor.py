@@ -229,3 +229,39 @@ def test_misuse_gets_a_clear_error(world, program, error, pattern):
 def test_the_catalogue_is_large_and_its_ids_unique():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids)) and len(ids) >= 30
+
+
+def classify(world: int, program: Callable[[], Any], error: type, pattern: str) -> str:
+    """One of: clear error, wrong error, hang, silent (the simpg side's tally)."""
+    import re
+    import threading
+
+    box: dict[str, BaseException | None] = {"error": None}
+
+    def attempt() -> None:
+        try:
+            simpg.run(program, world, timeout=TIMEOUT)
+        except BaseException as e:  # noqa: BLE001 - every outcome is sorted below
+            box["error"] = e
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(3 * TIMEOUT)
+    if t.is_alive():
+        return "hang"
+    e = box["error"]
+    if e is None:
+        return "silent"
+    return "clear error" if isinstance(e, error) and re.search(pattern, str(e)) else "wrong error"
+
+
+if __name__ == "__main__":  # the tally: python tests/test_misuse_dtensor.py
+    from collections import Counter
+
+    outcomes = {c[0]: classify(*c[1:]) for c in CASES}
+    for name, outcome in outcomes.items():
+        if outcome != "clear error":
+            print(f"{name}: {outcome}")
+    tally = Counter(outcomes.values())
+    print(f"{len(CASES)} misuses: " + ", ".join(
+        f"{k} {tally.get(k, 0)}" for k in ("clear error", "wrong error", "hang", "silent")))

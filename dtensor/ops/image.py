@@ -1,6 +1,6 @@
 """Image rearrangements that mix the channel and spatial dims: pixel_shuffle and
-pixel_unshuffle, channel_shuffle, im2col / col2im, grid_sampler_2d/3d. (grid_sampler's backward has no rule yet: which
-gradients it returns does not follow its output_mask alike in 2-d and 3-d.)
+pixel_unshuffle, channel_shuffle, im2col / col2im, grid_sampler_2d/3d (its backward is in
+image_backward.py).
 
 Each image of a batch is handled on its own, so the batch dims shard (Note [independent
 dims] in _common); dims whose elements the op moves across (channels into space and back,

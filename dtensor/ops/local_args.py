@@ -46,7 +46,8 @@ def localize_shape_args(func: Any, args: tuple, kwargs: dict,
         return args, kwargs
     args, kwargs = list(args), dict(kwargs)
     for i, name, kind in positions:
-        value = list(local_out_shape) if kind == "shape" else list(contiguous_strides(local_out_shape))
+        value = (list(local_out_shape) if kind == "shape"
+                 else list(contiguous_strides(local_out_shape)))
         if i < len(args):
             args[i] = value
         elif name in kwargs:

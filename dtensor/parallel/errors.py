@@ -7,11 +7,38 @@ from typing import Sequence
 
 
 class ParallelStyleError(ValueError):
-    """A style applied where it does not fit: wrong module type, wrong mesh, bad layouts."""
+    """A style applied where it does not fit: wrong module type, wrong mesh, bad layouts.
+
+    >>> import simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import ColwiseParallel, parallelize_module
+    >>> def body():
+    ...     try:
+    ...         parallelize_module(nn.ReLU(), init_device_mesh("cpu", (2,)), ColwiseParallel())
+    ...     except ParallelStyleError as e:
+    ...         return str(e)
+    >>> print(simpg.run(body, 2)[0])  # doctest: +ELLIPSIS
+    ColwiseParallel shards nn.Linear or nn.Embedding weights, but was applied to ReLU: ...
+    """
 
 
 class ParallelPlanError(ValueError):
-    """A plan key that names no submodule (``closest`` lists the nearest real paths)."""
+    """A plan key that names no submodule (``closest`` lists the nearest real paths).
+
+    >>> import simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import ColwiseParallel, parallelize_module
+    >>> def body():
+    ...     model = nn.ModuleDict({"proj": nn.Linear(4, 4)})
+    ...     try:
+    ...         parallelize_module(model, init_device_mesh("cpu", (2,)), {"prj": ColwiseParallel()})
+    ...     except ParallelPlanError as e:
+    ...         return e.key, e.closest
+    >>> simpg.run(body, 2)[0]
+    ('prj', ('proj',))
+    """
 
     def __init__(self, key: str, root: str, closest: Sequence[str]) -> None:
         self.key, self.root, self.closest = key, root, tuple(closest)
@@ -22,4 +49,19 @@ class ParallelPlanError(ValueError):
 
 class FullyShardError(ValueError):
     """``fully_shard``/``replicate`` misuse: applied twice, a mesh that does not compose with
-    the parameters' mesh, a parameter that cannot be laid out."""
+    the parameters' mesh, a parameter that cannot be laid out.
+
+    >>> import simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> from dtensor.parallel import fully_shard
+    >>> def body():
+    ...     mesh, model = init_device_mesh("cpu", (2,)), nn.Linear(4, 4)
+    ...     fully_shard(model, mesh=mesh)
+    ...     try:
+    ...         fully_shard(model, mesh=mesh)
+    ...     except FullyShardError as e:
+    ...         return str(e)
+    >>> print(simpg.run(body, 2)[0])  # doctest: +ELLIPSIS
+    fully_shard(Linear): the module is already fully sharded; apply fully_shard/replicate once...
+    """

@@ -40,7 +40,27 @@ Layout = Placement | None
 
 
 class ParallelStyle(ABC):
-    """A way to parallelize one module over a 1-d mesh; apply with ``parallelize_module``."""
+    """A way to parallelize one module over a 1-d mesh; apply with ``parallelize_module``.
+
+    A style of one's own implements ``_apply(module, device_mesh)`` and returns the module:
+
+    >>> import simpg
+    >>> from torch import nn
+    >>> from dtensor import Replicate, init_device_mesh
+    >>> from dtensor.parallel import parallelize_module
+    >>> class ReplicateWeights(ParallelStyle):
+    ...     def _apply(self, module, device_mesh):
+    ...         for name, _ in list(module.named_parameters(recurse=False)):
+    ...             distribute_parameter(module, name, device_mesh, [Replicate()],
+    ...                              self.src_data_rank)
+    ...         return module
+    >>> def body():
+    ...     model = parallelize_module(nn.Linear(4, 4), init_device_mesh("cpu", (2,)),
+    ...                                ReplicateWeights())
+    ...     return str(model.weight.placements[0])
+    >>> simpg.run(body, 2)
+    ['R', 'R']
+    """
 
     src_data_rank: int | None = 0  # where parameters are read from (None: every rank's own)
 

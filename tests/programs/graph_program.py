@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import dtensor  # noqa: E402
-from dtensor import Replicate, Shard  # noqa: E402
+from dtensor import Shard  # noqa: E402
 from dtensor.graph import ShardSpec, capture_train_step, infer, run  # noqa: E402
 
 
