@@ -234,12 +234,14 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> Mismatch | None:
 
 def end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
                placements: tuple[tuple[Placement, ...], ...], tier: str,
-               seed: int = 0, on_error: Any = None) -> Failure | None:
+               seed: int = 0, on_error: Any = None,
+               references: dict | None = None) -> Failure | None:
     """Run one case on this rank; its Failure or None. ``on_error(exc)`` is told of an
-    exception first (the world aborts the case on every rank, see ``sweep.run_world``)."""
+    exception first (the world aborts the case on every rank, see ``sweep.run_world``).
+    ``references``: the world's shared table, by ``seed`` (Note [one reference per case])."""
     mesh_shape = tuple(mesh.shape)
     try:
-        found = _end_to_end(e, s, call, mesh, placements, tier, seed)
+        found = _end_to_end(e, s, call, mesh, placements, tier, seed, references)
     except SimpgError:
         raise  # the world is ending (mismatch, deadlock): sweep.run_world resumes after it
     except Exception as ex:  # noqa: BLE001 - any error of the runtime is this case's failure
@@ -280,15 +282,32 @@ def _held(ref: tuple[tuple, dict], placements: Sequence[Sequence[Placement]],
     return pytree.tree_unflatten(flat, tree)
 
 
-def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
-                placements: tuple[tuple[Placement, ...], ...], tier: str,
-                seed: int) -> Mismatch | None:
-    from dtensor import DTensor
+@dataclass
+class Reference:
+    """One device's answer to a case, the same on every rank of its world (Note [one
+    reference per case])."""
 
-    rtol, atol = tolerances(e.dtype)
-    op = e.opinfo.op
-    backward = tier == "backward"
-    ref_args, ref_kwargs = _held(clone_sample(s), placements, tuple(mesh.shape), seed)
+    want_flat: list
+    want_tree: Any
+    # backward: the differentiable outputs' positions, their cotangents, the gradients of the
+    # inputs that require one, and those inputs (the shapes of gradients that are None)
+    outs: list[int] = field(default_factory=list)
+    cots: list[torch.Tensor] = field(default_factory=list)
+    want_g: tuple = ()
+    inputs: list[torch.Tensor] = field(default_factory=list)
+
+
+# Note [one reference per case]
+# Every rank of a world runs the same case on its own piece, but the reference (the sample on
+# one device, its Partial inputs held as Note [reference on the held values] says, and its
+# gradients) depends only on the case: entry, sample, placements, mesh shape, tier and seed.
+# A world's ranks share one table of references keyed by the case's index (its seed), so it
+# is computed once per case instead of once per rank. Ranks only read it: they take views and
+# compare, nothing writes to it.
+def reference(e: Entry, s: Sample, placements: tuple[tuple[Placement, ...], ...],
+              mesh_shape: tuple[int, ...], backward: bool, seed: int
+              ) -> Reference | Mismatch:
+    ref_args, ref_kwargs = _held(clone_sample(s), placements, mesh_shape, seed)
     ref_leaves = [t for t in pytree.tree_leaves((ref_args, ref_kwargs))
                   if isinstance(t, torch.Tensor)]
     if backward:
@@ -299,18 +318,49 @@ def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
         warnings.simplefilter("ignore")
         try:
             _seed_draws()  # Note [random variants] in opdb_tests/sweep.py
-            want = op(*ref_args, **ref_kwargs)
+            want = e.opinfo.op(*ref_args, **ref_kwargs)
         except Exception as ex:  # noqa: BLE001 - not the runtime's failure: the sample's
             return f"reference run raises {type(ex).__name__}", reason_of(ex)
+    want_flat, want_tree = pytree.tree_flatten(want)
+    ref = Reference(want_flat, want_tree)
+    if backward:
+        gen = torch.Generator().manual_seed(seed)
+        ref.outs = [j for j, w in enumerate(want_flat) if isinstance(w, torch.Tensor)
+                    and w.requires_grad and w.is_floating_point()]
+        ref.cots = [torch.randn(want_flat[j].shape, generator=gen, dtype=want_flat[j].dtype)
+                    for j in ref.outs]
+        ref.inputs = [t for t in ref_leaves if t.requires_grad]
+        if ref.outs:
+            ref.want_g = torch.autograd.grad([want_flat[j] for j in ref.outs], ref.inputs,
+                                             ref.cots, allow_unused=True)
+    ref.want_flat = [w.detach() if isinstance(w, torch.Tensor) else w for w in want_flat]
+    ref.inputs = [t.detach() for t in ref.inputs]
+    return ref
+
+
+def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
+                placements: tuple[tuple[Placement, ...], ...], tier: str,
+                seed: int, references: dict | None = None) -> Mismatch | None:
+    from dtensor import DTensor
+
+    rtol, atol = tolerances(e.dtype)
+    backward = tier == "backward"
+    mesh_shape = tuple(mesh.shape)
+    ref = references.get(seed) if references is not None else None
+    if ref is None:
+        ref = reference(e, s, placements, mesh_shape, backward, seed)
+        if references is not None:
+            references[seed] = ref
+    if not isinstance(ref, Reference):
+        return ref
     dargs, dkwargs, leaves = _dtensors(s, mesh, placements, backward, seed)
     _seed_draws()  # every rank alike: a sharded draw is one device's
     with fallback_policy("error"):
-        got = op(*dargs, **dkwargs)
-    want_flat, want_tree = pytree.tree_flatten(want)
+        got = e.opinfo.op(*dargs, **dkwargs)
     got_flat, got_tree = pytree.tree_flatten(got)
-    if len(got_flat) != len(want_flat):
-        return causes.WRONG_STRUCTURE, f"returned {got_tree}, expected {want_tree}"
-    expect_out = predicted(call, placements, tuple(mesh.shape))
+    if len(got_flat) != len(ref.want_flat):
+        return causes.WRONG_STRUCTURE, f"returned {got_tree}, expected {ref.want_tree}"
+    expect_out = predicted(call, placements, mesh_shape)
     d_outs = [g for g in got_flat if isinstance(g, DTensor)]
     if expect_out is not None and len(d_outs) == len(expect_out):
         for j, (g, p) in enumerate(zip(d_outs, expect_out)):
@@ -318,33 +368,27 @@ def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
                 return causes.WRONG_PLACEMENT, (f"output {j} is {_fmt([g.placements])}, the "
                                                 f"rule predicted {_fmt([p])}")
     fulls = [g.full_tensor() if isinstance(g, DTensor) else g for g in got_flat]
-    for j, (g, w) in enumerate(zip(fulls, want_flat)):
-        r = _close(g.detach() if isinstance(g, torch.Tensor) else g,
-                   w.detach() if isinstance(w, torch.Tensor) else w, rtol, atol)
+    for j, (g, w) in enumerate(zip(fulls, ref.want_flat)):
+        r = _close(g.detach() if isinstance(g, torch.Tensor) else g, w, rtol, atol)
         if r:
             return r[0], f"output {j}: {r[1]}"
     if not backward:
         return None
-    return _backward(fulls, want_flat, ref_leaves, leaves, placements, mesh, rtol, atol, seed)
+    return _backward(fulls, ref, leaves, placements, mesh, rtol, atol)
 
 
-def _backward(fulls: list, want_flat: list, ref_leaves: list, leaves: list,
-              placements: Sequence[Sequence[Placement]], mesh: Any, rtol: float, atol: float,
-              seed: int) -> Mismatch | None:
-    gen = torch.Generator().manual_seed(seed)
-    outs = [(g, w) for g, w in zip(fulls, want_flat)
-            if isinstance(w, torch.Tensor) and w.requires_grad and w.is_floating_point()]
-    if not outs:
+def _backward(fulls: list, ref: Reference, leaves: list,
+              placements: Sequence[Sequence[Placement]], mesh: Any, rtol: float,
+              atol: float) -> Mismatch | None:
+    if not ref.outs:
         return None
-    cots = [torch.randn(w.shape, generator=gen, dtype=w.dtype) for _, w in outs]
-    inputs = [t for t in ref_leaves if t.requires_grad]
-    want_g = torch.autograd.grad([w for _, w in outs], inputs, cots, allow_unused=True)
     mine = [x for x in leaves if x is not None]
     with fallback_policy("error"):
-        got_g = torch.autograd.grad([g for g, _ in outs], mine, cots, allow_unused=True)
+        got_g = torch.autograd.grad([fulls[j] for j in ref.outs], mine, ref.cots,
+                                    allow_unused=True)
     coord = tuple(mesh.get_coordinate())
     grad_placements = [p for p, x in zip(placements, leaves) if x is not None]
-    for j, (g, w, x, p) in enumerate(zip(got_g, want_g, inputs, grad_placements)):
+    for j, (g, w, x, p) in enumerate(zip(got_g, ref.want_g, ref.inputs, grad_placements)):
         if w is None:
             w = torch.zeros_like(x)
         w = w[local_slices(tuple(w.shape), tuple(mesh.shape), replicate_partials(p), coord)]

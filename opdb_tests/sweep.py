@@ -107,7 +107,7 @@ def run_world(mesh_shape: tuple[int, ...], cases: Sequence[tuple], timeout: floa
     while start < len(cases):
         try:
             simpg.run(_world_body, size(mesh_shape), mesh_shape, list(cases), start, table,
-                      timeout=timeout)
+                      {}, timeout=timeout)
             break
         except Exception as ex:  # noqa: BLE001 - the world ended inside a case: that case fails
             done = next((i for i in range(start, len(cases))
@@ -139,7 +139,7 @@ _SECONDARY = ("RankFailed", "Mismatch", "Deadlock", "Simpg")
 
 
 def _world_body(mesh_shape: tuple[int, ...], cases: list[tuple], start: int,
-                table: list[dict[int, Failure | None]]) -> None:
+                table: list[dict[int, Failure | None]], references: dict) -> None:
     import torch.distributed as dist
 
     from dtensor import init_device_mesh
@@ -148,8 +148,10 @@ def _world_body(mesh_shape: tuple[int, ...], cases: list[tuple], start: int,
     rank = dist.get_rank()
     for i in range(start, len(cases)):
         e, s, call, placements, tier = cases[i]
-        table[i][rank] = end_to_end(e, s, call, mesh, placements, tier, seed=i)
+        table[i][rank] = end_to_end(e, s, call, mesh, placements, tier, seed=i,
+                                    references=references)
         dist.barrier()
+        references.pop(i, None)  # every rank is past case i
 
 
 def sweep_entry(e: Entry, cfg: Config = BASE) -> Result:
