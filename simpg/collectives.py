@@ -21,6 +21,7 @@ it is what ``CollectiveRecord.bytes_sent`` / ``bytes_received`` hold.
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -263,6 +264,12 @@ def _per_rank_splits(arg: str, splits: Sequence[Sequence[int] | None] | None,
         return [None] * n
     if len(splits) != n:
         raise ValueError(f"{arg}: got {len(splits)} entries, expected {n} (one per rank)")
+    if all(sp is not None for sp in splits):  # n^2 sizes (4,096 at 64 ranks), checked in C
+        rows = [list(sp) for sp in splits]
+        if (all(len(r) == n for r in rows)
+                and set(map(type, itertools.chain.from_iterable(rows))) <= {int}
+                and min(map(min, rows), default=0) >= 0):
+            return rows  # type: ignore[return-value]
     resolved: list[list[int] | None] = []
     for r, s in enumerate(splits):
         if s is not None:
@@ -317,22 +324,43 @@ def all_to_all_single(inputs: Sequence[Tensor],
                              f"dims {tuple(inputs[0].shape[1:])} (those of rank 0)")
     ins = _input_splits(input_splits, [t.shape[0] for t in inputs])
     outs = _per_rank_splits("output_splits", output_splits, n)
-    for dst in range(n):
-        incoming = [ins[src][dst] for src in range(n)]
-        expected = outs[dst]
+    columns = list(zip(*ins))  # columns[dst][src]: rows src sends to dst
+    for dst, (incoming, expected) in enumerate(zip(columns, outs)):
         if expected is None:
             if len(set(incoming)) > 1:
                 raise ValueError(f"output_splits[{dst}] is None (equal pieces) but rank {dst} "
-                                 f"receives pieces of sizes {incoming} from ranks 0..{n - 1}")
-            continue
-        for src in range(n):
-            if incoming[src] != expected[src]:
-                raise ValueError(
-                    f"all_to_all_single: rank {src} sends {incoming[src]} rows to rank {dst} "
-                    f"(input_splits[{src}][{dst}]) but rank {dst} expects {expected[src]} "
-                    f"from rank {src} (output_splits[{dst}][{src}])")
-    pieces = [torch.split(t.detach(), s, dim=0) for t, s in zip(inputs, ins)]
-    return [torch.cat([pieces[src][dst] for src in range(n)], dim=0) for dst in range(n)]
+                                 f"receives pieces of sizes {list(incoming)} from ranks "
+                                 f"0..{n - 1}")
+        elif tuple(expected) != incoming:
+            src = next(r for r in range(n) if incoming[r] != expected[r])
+            raise ValueError(
+                f"all_to_all_single: rank {src} sends {incoming[src]} rows to rank {dst} "
+                f"(input_splits[{src}][{dst}]) but rank {dst} expects {expected[src]} "
+                f"from rank {src} (output_splits[{dst}][{src}])")
+    return _exchange_rows(inputs, ins, columns)
+
+
+def _exchange_rows(inputs: Sequence[Tensor], ins: list[list[int]],
+                   columns: list[tuple[int, ...]]) -> list[Tensor]:
+    """Note [one copy per all_to_all]: every input stacked once, then one gather (a transpose
+    when every piece has the same rows) puts each destination's rows together; the outputs
+    are views of that one result. Splitting every input into n pieces and concatenating n
+    pieces per destination made n^2 tensors (64 ranks: 4,096 views, 11 ms a call)."""
+    n = len(inputs)
+    stacked = torch.cat([t.detach() for t in inputs], dim=0)
+    rest = tuple(stacked.shape[1:])
+    k = ins[0][0]
+    if len(set(ins[0])) == 1 and all(row == ins[0] for row in ins):
+        moved = stacked.view(n, n, k, *rest).transpose(0, 1).reshape(n, n * k, *rest)
+        return list(moved.unbind(0))
+    lengths = torch.tensor(ins, dtype=torch.long)  # [src][dst]
+    starts = torch.cumsum(lengths.reshape(-1), 0).reshape(n, n) - lengths  # row of each piece
+    by_dst_len, by_dst_start = lengths.t().reshape(-1), starts.t().reshape(-1)
+    piece_begin = torch.cumsum(by_dst_len, 0) - by_dst_len
+    total = int(by_dst_len.sum())
+    index = (torch.repeat_interleave(by_dst_start - piece_begin, by_dst_len, output_size=total)
+             + torch.arange(total))
+    return list(stacked.index_select(0, index).split([sum(c) for c in columns], dim=0))
 
 
 def all_to_all(inputs_lists: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
