@@ -1,10 +1,18 @@
 """Rerun one op-database case: ``python -m opdb_tests.repro TIER KEY --sample I --mesh 2,2
 [--placements 'S(0),R;P(sum),R']``. Every failure report prints this line.
 
-TIER is sound (every strategy of the rule on that mesh; no placements needed), forward or
-backward (one case in one simpg world; without --placements, every base assignment), or
-samples (generate the OpInfo's samples; prints the traceback if the generator raises).
-Exit status 1 when the case fails.
+TIER is sound (every strategy of the rule on that mesh; with --placements, the strategies the
+dispatcher may pick for inputs laid out so), forward or backward (one case in one simpg
+world; without --placements, every base assignment), or samples (generate the OpInfo's
+samples; prints the traceback if the generator raises). KEY is an OpInfo variant
+(``cumsum``, ``nn.functional.pad.constant``) or anything ``opdb_tests.check`` resolves to
+exactly one variant (``torch.cumsum``). --placements gives, per tensor argument of the
+sample (``;`` between them), one placement per mesh dim (``,`` between them).
+
+It prints each case it checked with its verdict (ok, FAIL, or XFAIL: a kind of failure
+opdb_tests/expected_failures.py lists) and a count. Exit status 0 when every case holds,
+1 when one fails, 2 for a usage error (unknown key, placements that do not fit the sample or
+the mesh). ``python -m opdb_tests.check`` asks the same of every tier at once.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Sequence
 
 
@@ -26,11 +35,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="per tensor argument, one placement per mesh dim: 'S(0),R;P(sum),R'")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from opdb_tests import cases
-    from opdb_tests.checks import soundness
-    from opdb_tests.sweep import run_world
+    from opdb_tests.check import CheckArgumentError
 
-    e = cases.entry(args.key)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # op_db samples warn (degrees of freedom...)
+            return _run(args)
+    except CheckArgumentError as ex:
+        print(f"{ap.prog}: error: {ex}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from opdb_tests import cases, check
+
+    target = check.resolve(args.key)
+    if len(target.entries) != 1:
+        raise check.CheckArgumentError(
+            "key", args.key, f"names {len(target.entries)} OpInfo variants, a case has one: "
+            + ", ".join(e.key for e in target.entries[:12]))
+    e = target.entries[0]
     if args.tier == "samples":
         try:
             n = len(cases.samples(e))
@@ -41,26 +65,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{e.key}: {n} usable samples" + ("" if n else f" ({cases.no_case_reason(e)})"))
         print("ok")
         return 0
-    s = cases.sample(e, args.sample)
-    mesh = tuple(int(x) for x in args.mesh.split(","))
+    s = check.samples_of(e, args.sample, None)[0]
+    mesh = check.parse_mesh(args.mesh)
+    pl = check.parse_placements(args.placements)
+    if pl is not None:
+        check.check_mesh_dims(pl, mesh)
+        pl = check.fit_placements(pl, s.tensors(), mesh, f"{e.key} sample #{s.index}")
     call = cases.aten_call(e, s)
     print(f"{e.key} ({e.dtype}) sample #{s.index}: {s.describe()}")
     print(f"aten: {', '.join(str(f) for f in cases.record_aten(e, s)) or '(none)'}"
           f"{'' if call is not None else '  (composite: end to end only)'}")
     if args.tier == "sound":
         if call is None:
-            print("not a single aten call: the soundness tier does not apply")
-            return 1
-        failures = soundness(e, s, call, mesh)[0]
+            raise check.CheckArgumentError("tier", "sound", "the sample is not a single aten "
+                                           "call on its own tensors: the soundness tier does "
+                                           "not apply (try forward or backward)")
+        found = check.strategy_cases(e, s, call, mesh, pl)
     else:
-        assignments = ([cases.parse_placements(args.placements)] if args.placements is not None
-                       else cases.base_assignments(s.tensors(), mesh))
-        failures = [f for f in run_world(mesh, [(e, s, call, a, args.tier) for a in assignments])
-                    if f is not None]
-    for f in failures:
-        print(f.report())
-    print("FAIL" if failures else "ok")
-    return 1 if failures else 0
+        found = check.end_to_end_cases(e, s, call, mesh, pl, [args.tier])
+    for c in found:
+        print(check.format_case(c))
+    print(check.summary_line(found))
+    return 1 if any(c.verdict != check.OK for c in found) else 0
 
 
 if __name__ == "__main__":
