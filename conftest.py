@@ -1,4 +1,5 @@
-"""pytest wiring for the whole repository: simpg's world marker and hypothesis profiles."""
+"""pytest wiring for the whole repository: hypothesis profiles (simpg's world marker comes
+from its pytest11 entry point, as in any project that installs this package)."""
 
 import os
 
@@ -12,8 +13,6 @@ import torch.testing._internal.common_utils  # noqa: F401,E402
 
 # tests run many tiny worlds: one intra-op thread per process keeps 2 cores for pytest -n auto
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-pytest_plugins = ["simpg.pytest_plugin"]
 
 # HYPOTHESIS_PROFILE=dev|debug|ci (default ci): fixed budgets, no deadlines (2-core CI).
 settings.register_profile("ci", deadline=None, derandomize=True,

@@ -17,7 +17,21 @@ class SimpgError(RuntimeError):
         """A fresh instance with the same message, to raise on another rank's thread."""
         clone = type(self)(str(self))
         clone.__dict__.update(self.__dict__)
+        clone.is_copy = True  # not this rank's own failure: run_subtests does not blame it
         return clone
+
+
+def own_failure(error: BaseException) -> BaseException:
+    """The rank's own error behind ``error``: a simpg diagnostic raised while the rank was
+    unwinding from its own failure (a collective in a ``finally``, a mismatch because the
+    rank skipped ahead) stands for that failure; anything else stands for itself."""
+    seen = error
+    while isinstance(seen, SimpgError):
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None:
+            return error
+        seen = nxt
+    return seen
 
 
 class CollectiveMismatchError(SimpgError):

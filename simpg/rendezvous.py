@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from simpg.errors import CollectiveMismatchError
+from simpg.frames import is_library_code
 from simpg.records import CollectiveRecord
 from simpg.world import World
 
@@ -349,52 +350,79 @@ def _shapes(payload: Any) -> tuple[tuple[int, ...], ...]:
 # modules between user code and the process group: a call site is the first frame outside them
 _SKIP = ("simpg.process_group", "simpg.rendezvous", "simpg.faults", "torch.distributed",
          "torch._ops", "torch.utils", "torch._tensor", "typing_extensions", "contextlib")
-_skip_code: dict[Any, bool] = {}  # code object -> whether it is library code
+_BETWEEN, _LIBRARY, _USER = 0, 1, 2
+_code_kind: dict[Any, int] = {}  # code object -> _BETWEEN, _LIBRARY or _USER
 
 
 class Site:
-    """Where user code issued a call: ``str()`` gives ``file:line``.
+    """Where user code issued a call: ``str()`` gives ``file:line``, and ``via file:line``
+    when a library (a DTensor runtime, say) issued it on the user's behalf.
 
     Note [lazy call sites]: every call records its site, and reports (deadlocks, mismatches,
-    un-waited work, faults) are rare, so the site keeps the frame's code and instruction
-    offset, both read without work, and finds the line only when a report prints it.
-    The frame itself is not kept: it would hold the caller's locals (tensors) alive, and its
-    line moves on as it runs.
+    un-waited work, faults) are rare, so the site keeps the frames' code and instruction
+    offsets, both read without work, and finds the lines only when a report prints them.
+    The frames themselves are not kept: they would hold the caller's locals (tensors) alive,
+    and their lines move on as they run.
     """
 
-    __slots__ = ("code", "lasti")
+    __slots__ = ("code", "lasti", "via_code", "via_lasti")
 
-    def __init__(self, code: Any, lasti: int) -> None:
+    def __init__(self, code: Any, lasti: int, via_code: Any = None, via_lasti: int = -1) -> None:
         self.code, self.lasti = code, lasti
+        self.via_code, self.via_lasti = via_code, via_lasti
+
+    @staticmethod
+    def _line(code: Any, lasti: int) -> int | None:
+        for start, end, line in code.co_lines():  # what frame.f_lineno looks up
+            if start <= lasti < end:
+                return line
+        return None
 
     @property
     def lineno(self) -> int | None:
-        if self.code is None:
-            return None
-        for start, end, line in self.code.co_lines():  # what frame.f_lineno looks up
-            if start <= self.lasti < end:
-                return line
-        return None
+        return None if self.code is None else self._line(self.code, self.lasti)
 
     def __str__(self) -> str:
         if self.code is None:
             return "<unknown>"
-        return f"{self.code.co_filename}:{self.lineno}"
+        here = f"{self.code.co_filename}:{self.lineno}"
+        if self.via_code is None:
+            return here
+        return f"{here} via {self.via_code.co_filename}:{self._line(self.via_code, self.via_lasti)}"
 
     def __repr__(self) -> str:
         return f"Site({str(self)!r})"
 
 
+def _kind(frame: Any) -> int:
+    code = frame.f_code
+    kind = _code_kind.get(code)
+    if kind is None:
+        if frame.f_globals.get("__name__", "").startswith(_SKIP):
+            kind = _BETWEEN
+        else:
+            kind = _LIBRARY if is_library_code(code) else _USER
+        _code_kind[code] = kind
+    return kind
+
+
 def caller_site() -> Site:
-    """The user code that issued the call, skipping simpg and torch.distributed."""
+    """The user code that issued the call (Note [the user's frame]): the first frame outside
+    simpg and torch.distributed, and, when that is library code, the first user frame above
+    it, reported with the library frame as ``via``."""
     frame = sys._getframe(1)
+    via = None
     while frame is not None:
-        code = frame.f_code
-        skip = _skip_code.get(code)
-        if skip is None:
-            module = frame.f_globals.get("__name__", "")
-            skip = _skip_code[code] = module.startswith(_SKIP)
-        if not skip:
-            return Site(code, frame.f_lasti)
+        kind = _code_kind.get(frame.f_code)
+        if kind is None:
+            kind = _kind(frame)
+        if kind == _USER:
+            if via is None:
+                return Site(frame.f_code, frame.f_lasti)
+            return Site(frame.f_code, frame.f_lasti, via.f_code, via.f_lasti)
+        if kind == _LIBRARY and via is None:
+            via = frame
         frame = frame.f_back
+    if via is not None:  # only library code issued it
+        return Site(via.f_code, via.f_lasti)
     return Site(None, -1)

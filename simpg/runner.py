@@ -15,8 +15,9 @@ import torch.distributed as dist
 
 from simpg.backend import new_world, rank_context
 from simpg.c10d_state import RankC10dState, current_state
-from simpg.errors import RankAbandoned, SimpgError
+from simpg.errors import RankAbandoned, SimpgError, own_failure
 from simpg.faults import Fault, check_faults
+from simpg.frames import user_location
 from simpg.isolation import restore, snapshot, warn_shared
 from simpg.stuck import clear_interrupt
 from simpg.trace import active_sinks
@@ -112,6 +113,7 @@ def run(
     >>> simpg.run(body, 4)
     [10, 10, 10, 10]
     """
+    __tracebackhide__ = True  # pytest shows the user's frames (all of them with --full-trace)
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     outer = rank_context.get()
@@ -174,6 +176,7 @@ def run(
 
 def _run_rank(world: World, rank: int, store: dist.Store, fn: Callable[..., Any],
               args: tuple, kwargs: dict, results: list[Any]) -> None:
+    __tracebackhide__ = True
     joined = False
     try:
         world.join(rank)
@@ -182,6 +185,11 @@ def _run_rank(world: World, rank: int, store: dist.Store, fn: Callable[..., Any]
         dist.init_process_group("simpg", rank=rank, world_size=world.size, store=store)
         results[rank] = fn(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 - any failure ends the world, re-raised by run
+        if isinstance(e, RankAbandoned):
+            raise  # the world gave up on this rank and reported why already
+        own = own_failure(e)  # Note [no lost failure]
+        if own is not e:
+            world.fail_from(own, rank, e)
         if not isinstance(e, SimpgError) or world.failure is None:
             world.fail(e, rank)
     finally:
@@ -221,12 +229,56 @@ def _wait_all(world: World, finished: list[bool], changed: threading.Condition) 
                                "they were interrupted and left behind")
 
 
+# Note [no lost failure]
+# The world records every rank's own failure, not only the first (World.failures). simpg.run
+# raises the first that is the user's own error rather than one of simpg's diagnostics: a
+# mismatch or deadlock that follows a rank's assertion is usually its consequence (the rank
+# that raised skipped its collectives), so it is listed after it, never instead of it. Equal
+# failures on several ranks (the same assertion everywhere, run_subtests' merged report) are
+# listed once with their ranks.
+
+
+def _ranks_label(ranks: list[int | None], size: int) -> str:
+    known = sorted({r for r in ranks if r is not None})
+    if not known:
+        return "every rank"
+    if len(known) == 1:
+        return f"rank {known[0]} of {size}"
+    return f"ranks {known} of {size}"
+
+
 def _raise_failure(world: World) -> None:
+    __tracebackhide__ = True  # pytest: the user's frames, not simpg's (shown with --full-trace)
     failure = world.failure
     if failure is None:
         return
-    if world.failed_rank is not None:
-        failure.add_note(f"[simpg] raised on rank {world.failed_rank} of {world.size}")
+    by_text: dict[tuple[type, str], list[int | None]] = {}
+    first: dict[tuple[type, str], BaseException] = {}
+    for rank, error in world.failures or [(world.failed_rank, failure)]:
+        key = (type(error), str(error))
+        by_text.setdefault(key, []).append(rank)
+        first.setdefault(key, error)
+    keys = list(by_text)
+    lead = next((k for k in keys if not issubclass(k[0], SimpgError)), keys[0])
+    if first[lead] is not failure:  # keep what _wait_all noted on the world's failure
+        for note in getattr(failure, "__notes__", ()):
+            first[lead].add_note(note)
+    failure = first[lead]
+    if any(r is not None for r in by_text[lead]) and not getattr(failure, "world_wide", False):
+        failure.add_note(f"[simpg] raised on {_ranks_label(by_text[lead], world.size)}")
+    for key in keys:
+        if key is lead:
+            continue
+        error = first[key]
+        where = user_location(error)
+        text = "\n    ".join(str(error).splitlines()[:24])
+        if keys.index(key) > keys.index(lead) and isinstance(error, SimpgError) and not \
+                issubclass(lead[0], SimpgError):
+            when = "then, as a consequence"
+        else:
+            when = "before it" if keys.index(key) < keys.index(lead) else "then"
+        failure.add_note(f"[simpg] {when}, on {_ranks_label(by_text[key], world.size)}: "
+                         f"{key[0].__name__}: {text}" + (f"\n    at {where}" if where else ""))
     if world.schedule_seed is not None:
         failure.add_note("[simpg] replay this interleaving with "
                          f"schedule_seed={world.schedule_seed}")

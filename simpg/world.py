@@ -126,8 +126,10 @@ class World:
         self._rng_state = rng_state if rng_state is not None else torch.get_rng_state()
         self.switches = switches if switches is not None else snapshot()
         self.shared_switches: list[str] = []  # Note [per-rank process state], the limits
-        self.failure: BaseException | None = None
+        self.failure: BaseException | None = None  # the first: it ends the world
         self.failed_rank: int | None = None
+        # every rank's own failure, in order (Note [no lost failure])
+        self.failures: list[tuple[int | None, BaseException]] = []
         self.on_complete: list[Callable[[object], None]] = []  # trace sinks, see simpg.trace
         self.rendezvous: object = None  # set by simpg.rendezvous.Rendezvous
         self.capabilities: object = None  # set by simpg.backend.new_world (Note [behaving as gloo])
@@ -143,6 +145,7 @@ class World:
         self._aborted: tuple[BaseException, int | None] | None = None
         self._gate_arrivals = 0
         self._gate_generation = 0
+        self.subtest_failures: dict[int, list[Any]] = {}  # run_subtests call -> its records
         wakers = [r.wake for r in self._ranks]
         weakref.finalize(self, _close_all, wakers)
         _watchdog.watch(self)
@@ -260,6 +263,19 @@ class World:
         with self._lock:
             self._fail_locked(error, rank)
 
+    def fail_from(self, cause: BaseException, rank: int, effect: BaseException) -> None:
+        """Record ``cause``, the rank's own failure that ``effect`` (a diagnostic the rank
+        raised while unwinding from it) followed: listed ahead of ``effect``'s first record."""
+        with self._lock:
+            known = len(self.failures)
+            self._fail_locked(cause, rank)
+            if len(self.failures) == known:
+                return  # recorded already (or by run_subtests)
+            entry = self.failures.pop()
+            same = [i for i, (_, e) in enumerate(self.failures)
+                    if type(e) is type(effect) and str(e) == str(effect)]
+            self.failures.insert(same[0] if same else len(self.failures), entry)
+
     def _fail_locked(self, error: BaseException, rank: int | None) -> None:
         if self.subtests_active and self.failure is None:
             # Note [subtest abort]: the ranks waiting in this subtest become runnable and
@@ -269,6 +285,8 @@ class World:
             return
         if self.failure is None:
             self.failure, self.failed_rank = error, rank
+        if not any(e is error for _, e in self.failures):
+            self.failures.append((rank, error))
         for r in self._ranks:
             if r.status in (Status.READY, Status.BLOCKED) and not r.wake_pending:
                 r.wake_pending = True
@@ -373,6 +391,12 @@ class World:
             _CPU.release(me)
 
     # -- subtest gates -----------------------------------------------------------------------
+    def unblamed_abort(self) -> BaseException | None:
+        """The error that aborted the current subtest when no rank caused it (a deadlock or a
+        mismatch), else None."""
+        aborted = self._aborted
+        return aborted[0] if aborted is not None and aborted[1] is None else None
+
     def end_subtest(self) -> tuple[BaseException, int | None] | None:
         """Wait until every live rank ends the current subtest; returns its abort, if any.
 
