@@ -41,10 +41,22 @@ import dataclasses
 import difflib
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+import torch
+
+from dtensor.dispatch import _written
+from dtensor.ops.propagate import Decision, candidates, decide
+from dtensor.ops.registry import REGISTRY, TensorSpec
+from dtensor.ops.soundness import op_spec
 from dtensor.placements import Partial, Placement, PlacementError, Shard, normalize_placements
+from opdb_tests import causes, cases
+from opdb_tests.cases import AtenCall, Entry, Sample, case_id, fmt_placements
+from opdb_tests.checks import Failure, predicted, soundness
+from opdb_tests.expectations import expected
+from opdb_tests.sweep import _backward_ok, run_world
 
 TIERS = ("sound", "forward", "backward")
 OK, FAIL, XFAIL = "ok", "FAIL", "XFAIL"
@@ -78,14 +90,12 @@ class Target:
     overloads asked about (only samples reaching one of them are run)."""
 
     query: str
-    entries: tuple  # tuple[cases.Entry, ...]
-    overloads: tuple = ()  # torch._ops.OpOverload
+    entries: tuple[Entry, ...]
+    overloads: tuple[Any, ...] = ()  # torch._ops.OpOverload
 
 
 def _aten(name: str, query: str) -> tuple | None:
     """The overloads an ``aten.NAME[.OVERLOAD]`` string names, or None."""
-    import torch
-
     parts = name.split(".")
     if parts[0] != "aten" or len(parts) not in (2, 3):
         return None
@@ -103,8 +113,6 @@ def _aten(name: str, query: str) -> tuple | None:
 
 def _callable(name: str) -> Any:
     """The object a dotted ``torch.…`` name reaches by attribute lookup (never eval)."""
-    import torch
-
     parts = name.split(".")
     if parts[0] != "torch" or len(parts) < 2:
         return None
@@ -118,10 +126,7 @@ def _callable(name: str) -> Any:
 
 def suggestions(query: str, n: int = 5) -> list[str]:
     """Close names (OpInfo variants, aten overloads with a rule) for a misspelt op."""
-    from dtensor.ops.registry import REGISTRY
-    from opdb_tests.cases import entries
-
-    vocab = sorted({e.key for e in entries()} | {e.opinfo.name for e in entries()}
+    vocab = sorted({e.key for e in cases.entries()} | {e.opinfo.name for e in cases.entries()}
                    | {str(op) for op in REGISTRY.rules})
     forms = [query]
     for prefix in ("torch.ops.", "torch."):
@@ -137,10 +142,8 @@ def suggestions(query: str, n: int = 5) -> list[str]:
 def resolve(query: str) -> Target:
     """The OpInfo variants (and aten overloads) a query names; ``CheckArgumentError`` with
     close names when it names none."""
-    from opdb_tests.cases import entries
-
     q = query.strip()
-    es = entries()
+    es = cases.entries()
     exact = [e for e in es if e.key == q] or [e for e in es if e.opinfo.name == q]
     if exact:
         return Target(q, tuple(exact))
@@ -183,8 +186,6 @@ def parse_mesh(mesh: int | str | Sequence[int]) -> tuple[int, ...]:
 def parse_placements(placements: Any) -> tuple[tuple[Placement, ...], ...] | None:
     """Per tensor argument, its placements: from ``"S(0),R;R,R"``, from words
     ``["S(0),R", "R,R"]`` or from placement objects ``[[Shard(0), Replicate()], ...]``."""
-    from opdb_tests.cases import parse_placements as parse_text
-
     if placements is None:
         return None
     words = [placements] if isinstance(placements, str) else list(placements)
@@ -192,13 +193,14 @@ def parse_placements(placements: Any) -> tuple[tuple[Placement, ...], ...] | Non
     for w in words:
         if isinstance(w, str):
             try:
-                out += parse_text(w) if w.strip() else [()]
+                out += cases.parse_placements(w) if w.strip() else [()]
             except ValueError as ex:
                 msg = str(ex) if "expected" in str(ex) else f"{ex}: expected R, S(d) or P(op)"
                 raise CheckArgumentError("placements", w, msg + " per mesh dim, comma-separated, "
                                          "e.g. 'S(0),R'") from None
         else:
-            out.append(tuple(parse_text(p)[0][0] if isinstance(p, str) else p for p in w))
+            out.append(tuple(cases.parse_placements(p)[0][0] if isinstance(p, str) else p
+                             for p in w))
     return tuple(out)
 
 
@@ -211,8 +213,6 @@ def fit_placements(placements: Sequence[Sequence[Placement]], tensors: Sequence[
     """Check placements against a sample's tensors and the mesh (one per tensor argument,
     one per mesh dim, Shard dims in range, Partial only where the dtype splits exactly);
     return them with negative Shard dims resolved. ``where`` names the sample in errors."""
-    from opdb_tests.cases import fmt_placements, partial_ops
-
     given = fmt_placements(placements)
     m = len(mesh_shape)
     if len(placements) != len(tensors):
@@ -235,11 +235,12 @@ def fit_placements(placements: Sequence[Sequence[Placement]], tensors: Sequence[
             norm = normalize_placements(p, t.dim(), m, shape=tuple(t.shape))
         except PlacementError as ex:
             raise CheckArgumentError("placements", given, f"{what}: {ex}") from None
-        bad = [x for x in norm if isinstance(x, Partial) and x.reduce_op not in partial_ops(t)]
+        splits = cases.partial_ops(t)
+        bad = [x for x in norm if isinstance(x, Partial) and x.reduce_op not in splits]
         if bad:
             raise CheckArgumentError("placements", given, f"{what}: {bad[0]} cannot hold it "
                                      f"(its dtype splits exactly only into "
-                                     f"{list(partial_ops(t)) or 'no Partial'})")
+                                     f"{list(splits) or 'no Partial'})")
         out.append(norm)
     return tuple(out)
 
@@ -291,8 +292,6 @@ class Case:
 
     @property
     def label(self) -> str:
-        from opdb_tests.cases import case_id, fmt_placements
-
         if self.tier == "samples":
             return f"{self.key}[samples]"
         outs = fmt_placements(self.outputs) if self.outputs is not None else ""
@@ -355,36 +354,27 @@ def summary_line(cases: Sequence[Case]) -> str:
 
 
 def _rule_name(op: Any) -> str | None:
-    from dtensor.ops.registry import REGISTRY
-
     rule = REGISTRY.get(op)
     return None if rule is None else f"{rule.__module__}.{rule.__qualname__}"
 
 
 def _verdict(key: str, tier: str, cause: str) -> str:
-    from opdb_tests.expectations import expected
-
     listed = expected(key, tier)
     return XFAIL if listed is not None and cause in listed else FAIL
 
 
-def _from_failure(f: Any, inputs: Any, outputs: Any, cost: int | None = None) -> Case:
-    from opdb_tests.cases import repro_command
-
-    rerun = repro_command(f.tier, f.key, f.sample, f.mesh_shape, f.placements)
+def _from_failure(f: Failure, inputs: tuple[tuple[Placement, ...], ...] | None,
+                  outputs: tuple[tuple[Placement, ...], ...] | None,
+                  cost: int | None = None) -> Case:
+    rerun = cases.repro_command(f.tier, f.key, f.sample, f.mesh_shape, f.placements)
     return Case(f.key, f.tier, f.sample, f.sample_text, f.mesh_shape, inputs, outputs,
                 _verdict(f.key, f.tier, f.cause), f.reason, f.cause, rerun, cost)
 
 
-def _decision(call: Any, aten_placements: Sequence[tuple[Placement, ...]],
-              mesh_shape: tuple[int, ...]) -> Any:
+def _decision(call: AtenCall, aten_placements: Sequence[tuple[Placement, ...]],
+              mesh_shape: tuple[int, ...]) -> Decision:
     """The dispatcher's decision for the call with its tensors laid out so (as
     ``checks.predicted`` builds it; written arguments keep their placements)."""
-    from dtensor.dispatch import _written
-    from dtensor.ops.propagate import decide
-    from dtensor.ops.registry import TensorSpec
-    from dtensor.ops.soundness import op_spec
-
     spec = op_spec(call.func, call.args, call.kwargs, mesh_shape)
     by_aten = iter(aten_placements)
 
@@ -398,16 +388,10 @@ def _decision(call: Any, aten_placements: Sequence[tuple[Placement, ...]],
     return decide(spec, _written(spec.op, spec))
 
 
-def strategy_cases(e: Any, s: Any, call: Any, mesh: tuple[int, ...],
+def strategy_cases(e: Entry, s: Sample, call: AtenCall, mesh: tuple[int, ...],
                    placements: tuple | None) -> list[Case]:
     """Each strategy offered (every one, or those for ``placements``), with its verdict from
     ``checks.soundness`` (which checks every strategy the rule can return)."""
-    from opdb_tests import causes
-    from opdb_tests.cases import case_id, fmt_placements
-    from opdb_tests.checks import Failure, soundness
-    from dtensor.ops.propagate import candidates
-    from dtensor.ops.soundness import op_spec
-
     failures = soundness(e, s, call, mesh)[0]
     whole = [f for f in failures if f.label == case_id(e.key, [], mesh)]
     if whole:  # no rule, or the rule raises: a failure of every strategy
@@ -436,15 +420,11 @@ def strategy_cases(e: Any, s: Any, call: Any, mesh: tuple[int, ...],
     return out
 
 
-def end_to_end_cases(e: Any, s: Any, call: Any, mesh: tuple[int, ...],
+def end_to_end_cases(e: Entry, s: Sample, call: AtenCall | None, mesh: tuple[int, ...],
                      placements: tuple | None, tiers: Sequence[str]) -> list[Case]:
     """The end-to-end cases of a sample (its base assignments, or ``placements``) in one
     simpg world (``sweep.run_world``), with the output placements the rule predicts."""
-    from opdb_tests.cases import base_assignments
-    from opdb_tests.checks import predicted
-    from opdb_tests.sweep import run_world
-
-    assignments = [placements] if placements is not None else base_assignments(s.tensors(),
+    assignments = [placements] if placements is not None else cases.base_assignments(s.tensors(),
                                                                                 mesh)
     todo = [(e, s, call, a, t) for a in assignments for t in tiers]
     out = []
@@ -490,9 +470,7 @@ def format_case(c: Case) -> str:
     return f"{line}\n      reason: {reason}\n      kind: {c.cause}\n      rerun: {c.rerun}"
 
 
-def samples_of(e: Any, sample: int | None, n_samples: int | None) -> list:
-    from opdb_tests import cases
-
+def samples_of(e: Entry, sample: int | None, n_samples: int | None) -> list[Sample]:
     if sample is None:
         return list(cases.samples(e, n_samples))
     try:
@@ -504,59 +482,60 @@ def samples_of(e: Any, sample: int | None, n_samples: int | None) -> list:
                                  ) from None
 
 
-def _check_entry(run: _Run, e: Any, overloads: tuple, mesh: tuple[int, ...],
-                 placements: tuple | None, tiers: Sequence[str], sample: int | None,
-                 n_samples: int | None) -> None:
-    import torch
-
-    from opdb_tests import cases
-    from opdb_tests.checks import Failure
-    from opdb_tests.sweep import _backward_ok
-
-    run.lines.append(f"{e.key} (OpInfo variant, {str(e.dtype).replace('torch.', '')}) "
-                     f"on mesh {mesh}")
+def _plan_entry(run: _Run, e: Entry, overloads: tuple[Any, ...], mesh: tuple[int, ...],
+                placements: tuple | None, sample: int | None, n_samples: int | None
+                ) -> list[tuple[Sample, tuple | None]]:
+    """The samples to run and their placements, checked before any case runs (so that an
+    argument error is raised before any output); a generator that raises is a case."""
     try:
         ss = samples_of(e, sample, n_samples)
     except cases.SampleGenerationError as ex:
         first = ex.traceback.strip().rsplit("\n", 1)[-1]
         f = Failure("samples", e.key, -1, "(none)", (), None, ex.traceback, "",
                     f"{e.key}[samples]", f"sample generation raises {first.split(':', 1)[0]}")
+        run.lines.append(f"{e.key}: its OpInfo's sample generator raises")
         run.show([_from_failure(f, None, None)])
-        return
+        return []
     if not ss:
         run.note(f"{e.key} has no usable sample: {cases.no_case_reason(e)}")
-        return
+    out = []
     for s in ss:
-        reached = list(dict.fromkeys(cases.record_aten(e, s)))
-        if overloads and not any(op in overloads for op in reached):
+        if overloads and not any(op in overloads for op in cases.record_aten(e, s)):
             run.note(f"{e.key} sample #{s.index} does not reach "
                      f"{', '.join(map(str, overloads))}: skipped")
             continue
         where = f"{e.key} sample #{s.index} {s.describe()}"
-        pl = fit_placements(placements, s.tensors(), mesh, where) if placements else None
-        call = cases.aten_call(e, s)
-        run.lines.append(f"sample #{s.index} {s.describe()}")
-        for op in reached:
-            run.rules[str(op)] = _rule_name(op)
-            run.lines.append(f"  aten: {op}: " + (f"rule {run.rules[str(op)]}"
-                                                  if run.rules[str(op)] else "NO RULE"))
-        random = any(torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
-                     for op in reached)
-        if "sound" in tiers:
-            if call is None:
-                run.note("sound: does not apply (the sample is not one aten call on its own "
-                         "tensors: a composite op, checked end to end only)")
-            elif random:
-                run.note("sound: does not apply to a random op (Note [random variants] in "
-                         "opdb_tests/sweep.py); checked end to end")
-            else:
-                run.show(strategy_cases(e, s, call, mesh, pl))
-        e2e = [t for t in ("forward", "backward") if t in tiers]
-        if "backward" in e2e and not _backward_ok(e):
-            e2e.remove("backward")
-            run.note(f"backward: {e.key} has no autograd at a float dtype")
-        if e2e:
-            run.show(end_to_end_cases(e, s, call, mesh, pl, e2e))
+        out.append((s, None if placements is None
+                    else fit_placements(placements, s.tensors(), mesh, where)))
+    return out
+
+
+def _run_sample(run: _Run, e: Entry, s: Sample, mesh: tuple[int, ...], pl: tuple | None,
+                tiers: Sequence[str]) -> None:
+    reached = list(dict.fromkeys(cases.record_aten(e, s)))
+    call = cases.aten_call(e, s)
+    run.lines.append(f"{e.key} (OpInfo variant, {str(e.dtype).replace('torch.', '')}) "
+                     f"sample #{s.index} {s.describe()} on mesh {mesh}")
+    for op in reached:
+        run.rules[str(op)] = _rule_name(op)
+        run.lines.append(f"  aten: {op}: " + (f"rule {run.rules[str(op)]}"
+                                              if run.rules[str(op)] else "NO RULE"))
+    random = any(torch.Tag.nondeterministic_seeded in getattr(op, "tags", ()) for op in reached)
+    if "sound" in tiers:
+        if call is None:
+            run.note("sound: does not apply (the sample is not one aten call on its own "
+                     "tensors: a composite op, checked end to end only)")
+        elif random:
+            run.note("sound: does not apply to a random op (Note [random variants] in "
+                     "opdb_tests/sweep.py); checked end to end")
+        else:
+            run.show(strategy_cases(e, s, call, mesh, pl))
+    e2e = [t for t in ("forward", "backward") if t in tiers]
+    if "backward" in e2e and not _backward_ok(e):
+        e2e.remove("backward")
+        run.note(f"backward: {e.key} has no autograd at a float dtype")
+    if e2e:
+        run.show(end_to_end_cases(e, s, call, mesh, pl, e2e))
 
 
 def check(op: str, placements: Any = None, mesh: int | str | Sequence[int] = (2, 2), *,
@@ -595,8 +574,10 @@ def check(op: str, placements: Any = None, mesh: int | str | Sequence[int] = (2,
             for o in target.overloads))
         if not target.entries:
             run.note(f"no OpInfo is named after {target.query}: nothing to run")
-    for e in target.entries:
-        _check_entry(run, e, target.overloads, mesh_shape, pl, tiers, sample, samples)
+    plan = [(e, s, p) for e in target.entries
+            for s, p in _plan_entry(run, e, target.overloads, mesh_shape, pl, sample, samples)]
+    for e, s, p in plan:
+        _run_sample(run, e, s, mesh_shape, p, tiers)
     return CheckReport(target.query, mesh_shape, pl, tuple(e.key for e in target.entries),
                        dict(run.rules), tuple(run.cases), tuple(run.notes), tuple(run.lines))
 
@@ -620,8 +601,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="only this tier (repeatable; default all)")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # op_db samples warn (degrees of freedom...)

@@ -65,6 +65,9 @@ def test_an_unknown_overload_lists_the_real_ones() -> None:
     (["cumsum", "--placements", "S(0)", "--mesh", "2x2"], "sizes separated by commas"),
     (["cumsum", "--sample", "999", "--mesh", "2"], "no usable sample #999"),
     (["cumsun"], "did you mean cumsum"),
+    # every sample is checked before any case runs: nothing is printed before the error
+    (["cumsum", "--samples", "0", "--placements", "S(2)", "--mesh", "2"],
+     "cumsum sample #2 \\(T\\(\\):float32, 0\\), tensor argument 0 .* is 0-d"),
 ])
 def test_check_argument_errors_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
