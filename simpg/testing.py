@@ -4,9 +4,12 @@ A test class written for torch's
 ``torch.testing._internal.distributed._tensor.common_dtensor.DTensorTestBase`` runs here by
 changing its base-class import: each test method runs on ``world_size`` simpg ranks (threads)
 with the default process group initialised, ``self.rank`` is the calling rank,
-``build_device_mesh()`` returns a mesh of our ``dtensor`` (or of torch's DTensor, see
-``dtensor_lib``), and ``self.run_subtests`` runs a whole grid, reporting every failing
-combination with its rank.
+``build_device_mesh()`` returns a mesh of the DTensor library the test module imports (ours,
+``dtensor``, or torch's: Note [choosing the DTensor library]), and ``self.run_subtests`` runs a
+whole grid, reporting every failing combination with its rank. The bases are torch's
+``TestCase`` too, so torch's ``run_tests()`` runs a ported file, and torch's op-database
+classes (``instantiate_device_type_tests``, ``@ops``, ``precisionOverride``) run on the ranks
+(Note [device-type tests on simulated ranks]).
 
 >>> import io, unittest, torch, torch.distributed as dist
 >>> from simpg.testing import DTensorTestBase, with_comms
@@ -34,6 +37,7 @@ import sys
 import threading
 import traceback
 import unittest
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -43,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 from simpg.backend import rank_context
+from simpg.dtensor_lib import choose_library
 from simpg.errors import RankFailedError, SimpgError
 from simpg.runner import run
 from simpg.subtests import SubtestsFailed, _label, run_subtests
@@ -64,6 +69,7 @@ DEVICE_TYPE = "cpu"
 SEED = 1234  # torch's common_utils.SEED: every rank starts its test from this seed
 
 F = TypeVar("F", bound=Callable[..., Any])
+_defining_bases = True  # until this module's own classes are defined (Note [torch assertEqual])
 
 
 # -- failures seen during one test method --------------------------------------------------------
@@ -203,7 +209,7 @@ def _unwrap_dtensors(x: Any, y: Any) -> tuple[Any, Any]:
     return x, y
 
 
-class DTensorTestBase(unittest.TestCase):
+class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch assertEqual]
     """torch's ``DTensorTestBase`` on simpg: each test method runs on every simulated rank.
 
     Each rank runs the method on its own shallow copy of the test instance (as each process
@@ -212,7 +218,8 @@ class DTensorTestBase(unittest.TestCase):
     thread, where ``self.rank`` is ``MAIN_PROCESS_RANK``. A failure is re-raised with the rank
     that raised it; a deadlock or mismatched collective raises simpg's error instead of hanging.
     Class attributes: ``world_size`` (4), ``dtensor_lib`` (where ``build_device_mesh`` finds
-    ``init_device_mesh``: ``"dtensor"``, ours, or ``"torch.distributed.tensor"``), ``timeout``
+    ``init_device_mesh``: ``"dtensor"``, ours, or ``"torch.distributed.tensor"``; unset, the
+    library the test module imports, Note [choosing the DTensor library]), ``timeout``
     (seconds a rank may run without yielding).
 
     >>> import unittest, torch
@@ -227,19 +234,22 @@ class DTensorTestBase(unittest.TestCase):
     """
 
     MAIN_PROCESS_RANK: ClassVar[int] = -1
-    dtensor_lib: ClassVar[str] = "dtensor"
+    dtensor_lib: ClassVar[str | None] = None  # None: the one the test module imports
     timeout: ClassVar[float] = 30.0
-    # read by torch's assertEqual as atol / rtol floors (torch's precisionOverride sets them)
-    precision: ClassVar[float] = 0.0
-    rel_tol: ClassVar[float] = 0.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not _defining_bases:
+            _base_on_torch_test_case()
 
     def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
         if methodName != "runTest":  # torch's order of names, and unittest's keyword
             method_name = methodName
-        super().__init__(method_name)
         test = getattr(type(self), method_name, None)
         if callable(test):
+            # before torch's __init__, which wraps it (on this thread) in its failure policies
             setattr(self, method_name, self._on_ranks(test))
+        super().__init__(method_name)
 
     # -- what torch's base offers -----------------------------------------------------------
     @property
@@ -265,9 +275,18 @@ class DTensorTestBase(unittest.TestCase):
         return self.MAIN_PROCESS_RANK if ctx is None else ctx[1]
 
     def build_device_mesh(self) -> Any:
-        """A 1-d mesh of all ranks, from ``dtensor_lib``'s ``init_device_mesh``."""
-        lib = importlib.import_module(self.dtensor_lib)
+        """A 1-d mesh of all ranks, from the ``init_device_mesh`` of the test's DTensor library
+        (``dtensor_lib``, or the one its module imports: Note [choosing the DTensor library])."""
+        lib = importlib.import_module(self._dtensor_library())
         return lib.init_device_mesh(self.device_type, (self.world_size,))
+
+    def _dtensor_library(self) -> str:
+        if self.dtensor_lib is not None:
+            return self.dtensor_lib
+        choice = choose_library(getattr(type(self), self._testMethodName, None), type(self))
+        if choice.lib is None:
+            raise choice.error(self.id())
+        return choice.lib
 
     def init_manual_seed_for_rank(self) -> None:
         torch.manual_seed(self.rank)
@@ -338,12 +357,22 @@ class DTensorTestBase(unittest.TestCase):
         mesh, then local pieces)."""
         __tracebackhide__ = True
         x, y = _unwrap_dtensors(x, y)
-        _torch_test_case().assertEqual(self, x, y, msg, **kwargs)
+        super().assertEqual(x, y, msg, **kwargs)
 
     def assertNotEqual(self, x: Any, y: Any, msg: Any = None, **kwargs: Any) -> None:
         __tracebackhide__ = True
         x, y = _unwrap_dtensors(x, y)
-        _torch_test_case().assertNotEqual(self, x, y, msg, **kwargs)
+        super().assertNotEqual(x, y, msg, **kwargs)
+
+    def assertEqualOnRank(self, x: Any, y: Any, msg: Any = None, *, rank: int = 0) -> None:
+        """torch's multithreaded base: ``assertEqual`` on ``rank`` only (the other ranks pass),
+        the verdict torch gives; here every rank has its own RNG, so any rank could check."""
+        if self.rank == rank:
+            self.assertEqual(x, y, msg)
+
+    def assertNotEqualOnRank(self, x: Any, y: Any, msg: Any = None, *, rank: int = 0) -> None:
+        if self.rank == rank:
+            self.assertNotEqual(x, y, msg)
 
     def _test_op_on_dtensor(self, op_call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """``op_call`` on DTensors, gathered, equals ``op_call`` on their full tensors."""
@@ -357,6 +386,19 @@ class DTensorTestBase(unittest.TestCase):
         self.assertEqual(expected, [full(a) for a in actual])
 
     # -- running a method on the ranks ------------------------------------------------------
+    def run(self, result: unittest.TestResult | None = None) -> unittest.TestResult:
+        """torch's ``run`` (Note [torch assertEqual]), returning the result as unittest's does."""
+        own = result is None
+        if result is None:
+            result = self.defaultTestResult()
+            result.startTestRun()
+        try:
+            super().run(result)
+        finally:
+            if own:
+                result.stopTestRun()
+        return result
+
     def _on_ranks(self, test: Callable[..., Any]) -> Callable[[], None]:
         @functools.wraps(test)  # keeps unittest's skip / expectedFailure marks
         def on_ranks() -> None:
@@ -369,18 +411,25 @@ class DTensorTestBase(unittest.TestCase):
             raise RuntimeError(f"{self.id()} was called on a simulated rank; a test method runs "
                                "its own world and must be called from outside one")
         current = _TestRun(self.id(), self.world_size)
+        hand_over = _thread_local_state(self)
+        if self.dtensor_lib is None:  # this test's choice, readable as self.dtensor_lib
+            self.dtensor_lib = choose_library(test, type(self)).lib  # type: ignore[misc]
 
         def rank_body() -> None:
             _current_run.set(current)
             _fresh_torch_caches()
             torch.manual_seed(SEED)
+            mine = copy.copy(self)
+            hand_over(mine)
             try:
-                test(copy.copy(self))
+                test(mine)
             finally:
                 _fresh_torch_caches()
 
         try:
-            with _torch_meshes_per_rank():
+            # warnings.catch_warnings inside the ranks (torch's @suppress_warnings) interleave
+            # at collectives and restore each other's filters: the caller gets its own back
+            with _torch_meshes_per_rank(), warnings.catch_warnings():
                 run(rank_body, self.world_size, timeout=self.timeout)
         except BaseException as e:
             if not current.subtest_failures:
@@ -392,6 +441,37 @@ class DTensorTestBase(unittest.TestCase):
             raise
         finally:
             _reset_torch_rng_tracker()
+
+
+# Note [device-type tests on simulated ranks]
+# torch's instantiate_device_type_tests makes TestXCPU(CPUTestBase, TestX): its test methods
+# (``instantiated_test``) set ``self.precision`` / ``self.rel_tol`` from ``precisionOverride`` /
+# ``toleranceOverride`` and restore them after, and DeviceTypeTestBase keeps both in a
+# class-level ``threading.local`` (``_tls``) whose attributes exist only on the thread that
+# imported the module. torch's MultiThreadedTestCase gives each rank thread an instance with a
+# fresh ``_tls`` holding TestCase's defaults; we do the same on each rank's copy of the test,
+# with the caller's values (its setUp may have set them): the override then applies per rank,
+# and torch's assertEqual, reading ``self.precision``, honors it on every rank.
+
+
+def _thread_local_state(test: unittest.TestCase) -> Callable[[Any], None]:
+    """What each rank's copy of ``test`` needs of the caller's thread-local state (Note
+    [device-type tests on simulated ranks]): a function that gives it to one copy."""
+    tls = getattr(type(test), "_tls", None)
+    if not isinstance(tls, threading.local):
+        return lambda mine: None
+    from torch.testing._internal.common_utils import TestCase  # imported with _tls's module
+
+    # TestCase's defaults where the calling thread never set them (it did not import torch)
+    values = {name: getattr(tls, name, getattr(TestCase, "_" + name))
+              for name in ("precision", "rel_tol")}
+
+    def hand_over(mine: Any) -> None:
+        mine._tls = threading.local()
+        for name, value in values.items():
+            setattr(mine._tls, name, value)
+
+    return hand_over
 
 
 class DTensorOpTestBase(DTensorTestBase):
@@ -416,20 +496,27 @@ class _RankSubtest:
         return False
 
 
-@functools.cache
-def _torch_test_case() -> type:
-    """torch's ``TestCase``, imported on first use (Note [torch assertEqual])."""
+# Note [torch assertEqual]: tests written for torch's base compare tensors, lists and numbers
+# with torch's assertEqual, and torch's run_tests() refuses a class that is not torch's
+# TestCase, so the bases subclass it. What that brings is what torch's own DTensor bases
+# (MultiProcessTestCase, MultiThreadedTestCase) bring, the same verdicts included: setUp seeds
+# the RNGs, honors torch's disabled- and slow-test lists and checks that the test did not leak
+# a torch function mode; run() imports torch._dynamo (about 2 s, once per process).
+# But importing torch's common_utils has process-wide effects that ``import simpg`` (which
+# imports this module) must not have: it disables setting torch.backends flags outside their
+# flags() contexts, patches TorchScript's call, loads its own hypothesis profile, and takes
+# about 0.5 s. So the classes are defined on unittest's TestCase and put on torch's (their
+# ``__bases__`` replaced, which re-derives every subclass's MRO) when the first test class is
+# derived from them: by then the test's own module is being imported, and it is a torch-style
+# test file.
+
+
+def _base_on_torch_test_case() -> None:
+    """Put ``DTensorTestBase`` on torch's ``TestCase`` (Note [torch assertEqual]); idempotent."""
     from torch.testing._internal.common_utils import TestCase
 
-    return TestCase
-
-
-# Note [torch assertEqual]: tests written for torch's base compare tensors, lists and numbers
-# with torch's assertEqual, so we call that very function rather than rewrite it. We do not
-# subclass torch's TestCase: its run() patches dynamo's config and imports torch._dynamo, and
-# setUp/tearDown check global state; none of it is needed on simulated cpu ranks. Importing
-# common_utils (about 0.6 s, once) also disables setting torch.backends flags outside their
-# flags() contexts, as it does in torch's own test suite.
+    if not issubclass(DTensorTestBase, TestCase):
+        DTensorTestBase.__bases__ = (TestCase,)
 
 
 # -- decorators ------------------------------------------------------------------------------------
@@ -501,3 +588,5 @@ def skip_unless_torch_gpu(method: F) -> F:
     """torch's ``skip_unless_torch_gpu``: ``skip_if_lt_x_gpu(NUM_DEVICES)``."""
     return skip_if_lt_x_gpu(NUM_DEVICES)(method)
 
+
+_defining_bases = False  # test classes derived from here on are put on torch's TestCase

@@ -314,10 +314,16 @@ def test_run_subtests_outside_the_ranks_is_an_error():
         Outside("test_nothing").run_subtests({"n": [1]}, lambda n: None)
 
 
-def test_importing_it_loads_neither_dtensor_library():
+def test_importing_it_loads_neither_dtensor_library_nor_torch_test_utils():
+    # torch's common_utils changes process-wide state on import (Note [torch assertEqual]):
+    # only a test class derived from the bases brings it in
     code = ("import sys, simpg.testing; "
             "print(sorted(m for m in sys.modules if m == 'dtensor' "
-            "or m.startswith('torch.distributed.tensor')))")
+            "or m.startswith('torch.distributed.tensor') "
+            "or m == 'torch.testing._internal.common_utils')); "
+            "from torch.testing._internal.common_utils import TestCase; "
+            "T = type('T', (simpg.testing.DTensorOpTestBase,), {}); "
+            "print(issubclass(T, TestCase), issubclass(simpg.testing.DTensorTestBase, TestCase))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.split("\n")[:2] == ["[]", "True True"]
