@@ -54,9 +54,12 @@ def _reports(fs: Sequence[Failure], max_reports: int) -> str:
 
 
 def judge(key: str, tiers_run: Iterable[str], failures: Sequence[Failure],
-          max_reports: int = 3, table: Expected = EXPECTED) -> list[str]:
+          max_reports: int = 3, table: Expected = EXPECTED, file: str = FILE,
+          regenerate: str = REGENERATE) -> list[str]:
     """Problems with this run: failures of an unlisted tier or kind (with reproducers),
-    listed tiers that passed and listed kinds that no longer occur."""
+    listed tiers that passed and listed kinds that no longer occur. ``file`` and
+    ``regenerate`` name the table's data module and the command that writes it (the
+    compiled tiers keep theirs in ``expected_failures_compiled.py``)."""
     problems = []
     for tier in [*tiers_run, GENERATION]:
         mine = [f for f in failures if f.tier == tier]
@@ -64,20 +67,20 @@ def judge(key: str, tiers_run: Iterable[str], failures: Sequence[Failure],
         seen = by_cause(mine)
         if mine and listed is None:
             problems.append(f"{key} fails the {tier} tier ({len(mine)} case(s), kinds "
-                            f"{sorted(seen)}); not in {FILE}:\n{_reports(mine, max_reports)}")
+                            f"{sorted(seen)}); not in {file}:\n{_reports(mine, max_reports)}")
         elif not mine and listed is not None:
-            problems.append(f"{key} passes the {tier} tier, but {FILE} lists it (kinds "
-                            f"{sorted(listed)}): remove the entry (or run {REGENERATE})")
+            problems.append(f"{key} passes the {tier} tier, but {file} lists it (kinds "
+                            f"{sorted(listed)}): remove the entry (or run {regenerate})")
         elif listed is not None:
             for cause in sorted(set(seen) - set(listed)):
                 problems.append(f"{key} fails the {tier} tier with a kind of failure not listed "
                                 f"for it: {cause!r} (listed: {sorted(listed)}); fix it or, if "
-                                f"it is expected, run {REGENERATE}:\n"
+                                f"it is expected, run {regenerate}:\n"
                                 f"{_reports(seen[cause], max_reports)}")
             gone = sorted(set(listed) - set(seen))
             if gone:
                 problems.append(f"{key} no longer fails the {tier} tier with {gone} (it still "
-                                f"fails with {sorted(seen)}): run {REGENERATE}")
+                                f"fails with {sorted(seen)}): run {regenerate}")
     return problems
 
 
@@ -106,11 +109,28 @@ def reasons(failures: Sequence[Failure], limit: int = 220) -> dict[str, str]:
     return out
 
 
+def expected_lines(expected_map: Expected) -> list[str]:
+    """The ``EXPECTED = {...}`` block of a generated list, grouped by the category of each
+    entry's kinds (the op-database list and the compiled tiers' list alike)."""
+    from opdb_tests.causes import category
+
+    lines = ["EXPECTED: dict[tuple[str, str], dict[str, str]] = {"]
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for kt, kinds in expected_map.items():
+        groups.setdefault(", ".join(sorted({category(c) for c in kinds})), []).append(kt)
+    for group in sorted(groups):
+        lines.append(f"    # -- {group}")
+        for kt in sorted(groups[group]):
+            kinds = expected_map[kt]
+            lines.append(f"    {kt!r}: {{")
+            lines += [f"        {c!r}: {kinds[c]!r}," for c in sorted(kinds)]
+            lines.append("    },")
+    return lines + ["}"]
+
+
 def render(expected_map: Expected, skip: Mapping[str, str], no_cases: Mapping[str, str],
            exploration: Mapping[tuple[str, str], str] | None = None) -> str:
     """The text of expected_failures.py, grouped by the category of each entry's kinds."""
-    from opdb_tests.causes import category
-
     lines = ['"""Expected failures of the op-database tests, generated from the base sweep by',
              f"``{REGENERATE}``: every reason is today's.",
              "",
@@ -124,18 +144,7 @@ def render(expected_map: Expected, skip: Mapping[str, str], no_cases: Mapping[st
     lines += [f"    {k!r}: {skip[k]!r}," for k in sorted(skip)]
     lines += ["}", "", "NO_CASES: dict[str, str] = {"]
     lines += [f"    {k!r}: {no_cases[k]!r}," for k in sorted(no_cases)]
-    lines += ["}", "", "EXPECTED: dict[tuple[str, str], dict[str, str]] = {"]
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for kt, kinds in expected_map.items():
-        groups.setdefault(", ".join(sorted({category(c) for c in kinds})), []).append(kt)
-    for group in sorted(groups):
-        lines.append(f"    # -- {group}")
-        for kt in sorted(groups[group]):
-            kinds = expected_map[kt]
-            lines.append(f"    {kt!r}: {{")
-            lines += [f"        {c!r}: {kinds[c]!r}," for c in sorted(kinds)]
-            lines.append("    },")
-    lines.append("}")
+    lines += ["}", ""] + expected_lines(expected_map)
     lines += ["", "# (variant, tier): the base cases pass, but hypothesis draws find failures (the",
               "# reason names one). The default tier does not explore these tiers; the slow tier",
               "# does, strictly: a listed tier whose exploration passes fails the run.",
