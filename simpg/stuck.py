@@ -25,6 +25,7 @@ import traceback
 from typing import Any
 
 from simpg.errors import RankAbandoned
+from simpg.frames import is_library_file
 
 _SetAsyncExc = ctypes.pythonapi.PyThreadState_SetAsyncExc  # (thread id, exception or NULL)
 
@@ -110,9 +111,6 @@ def current_frames() -> dict[int, Any]:
             gc.enable()
 
 
-_LIBRARY = ("/simpg/", "/torch/", "/threading.py", "/contextlib.py", "/functools.py")
-
-
 def user_position(thread: threading.Thread, depth: int = 3) -> str | None:
     """The innermost ``depth`` frames of user code on ``thread``, innermost first
     (``a.py:9 in step <- a.py:20 in body``); ``None`` if it runs no user code yet."""
@@ -120,7 +118,7 @@ def user_position(thread: threading.Thread, depth: int = 3) -> str | None:
     if frame is None:
         return None
     stack = traceback.extract_stack(frame)
-    user = [f for f in stack if not any(part in f.filename for part in _LIBRARY)]
+    user = [f for f in stack if not is_library_file(f.filename)]  # Note [the user's frame]
     if not user:
         return None
     return " <- ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(user[-depth:]))
