@@ -56,6 +56,7 @@ from opdb_tests import causes, cases
 from opdb_tests.cases import AtenCall, Entry, Sample, case_id, fmt_placements
 from opdb_tests.checks import Failure, predicted, soundness
 from opdb_tests.expectations import expected
+from opdb_tests.expected_failures import SKIP
 from opdb_tests.sweep import _backward_ok, run_world
 
 TIERS = ("sound", "forward", "backward")
@@ -333,10 +334,12 @@ class CheckReport:
 
     def summary(self) -> str:
         line = summary_line(self.cases)
-        if not self.cases:
-            missing = [op for op, r in self.rules.items() if r is None]
+        missing = [op for op, r in self.rules.items() if r is None]
+        if not self.cases and self.rules:
             line += (": nothing to run; " + (f"no sharding rule for {', '.join(missing)}"
                                              if missing else "every overload has a rule"))
+        elif not self.cases:
+            line += ": nothing to run (see the notes)"
         return line
 
     def text(self) -> str:
@@ -498,6 +501,8 @@ def _plan_entry(run: _Run, e: Entry, overloads: tuple[Any, ...], mesh: tuple[int
         return []
     if not ss:
         run.note(f"{e.key} has no usable sample: {cases.no_case_reason(e)}")
+    if e.key in SKIP:
+        run.note(f"{e.key} is skipped by the sweep: {SKIP[e.key]}")
     out = []
     for s in ss:
         if overloads and not any(op in overloads for op in cases.record_aten(e, s)):

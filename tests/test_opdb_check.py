@@ -138,6 +138,13 @@ def test_an_aten_op_no_opinfo_reaches_is_answered_by_its_rule() -> None:
     assert missing.rules == {"aten._fused_adam.default": None} and missing.exit_status == 1
 
 
+def test_a_factory_has_nothing_to_run_and_says_why() -> None:
+    r = check.check("arange", mesh=2)
+    assert r.cases == () and r.exit_status == 0
+    assert any("no tensor argument" in n for n in r.notes)
+    assert r.text().endswith("nothing to run (see the notes)")
+
+
 def test_check_docstring_example_runs() -> None:
     finder = doctest.DocTestFinder()
     [test] = finder.find(check.check, "check", globs={"check": check.check})
