@@ -39,6 +39,20 @@ class TorchNamesTest(DTensorTestBase):
         self.assertEqual(d.redistribute(mesh, [Replicate()]).to_local(), torch.arange(5.0))
 
 
+def test_assert_equal_on_rank_checks_one_rank_as_torch_does():
+    class OnRank(DTensorTestBase):
+        world_size = 2
+
+        def test_on_rank(self):
+            self.assertEqualOnRank(self.rank, 0)  # rank 1 would fail: only rank 0 checks
+            self.assertNotEqualOnRank(self.rank, 0, rank=1)
+            with self.assertRaises(AssertionError):
+                self.assertEqualOnRank(self.rank, 5, rank=self.rank)
+
+    result = OnRank("test_on_rank").run()
+    assert result.wasSuccessful(), result.failures + result.errors
+
+
 def _module(name: str, source: str) -> types.ModuleType:
     """A test module made from ``source``, as if imported from a file."""
     module = types.ModuleType(name)
@@ -89,7 +103,11 @@ def test_a_module_with_both_libraries_must_say_which():
 PORTED = '''
 import torch
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
-from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    run_tests,
+)
 from simpg.testing import DTensorTestBase, with_comms  # was: ...common_dtensor
 
 
@@ -107,6 +125,16 @@ class DTensorTest(DTensorTestBase):
         dt = distribute_tensor(full, self.build_device_mesh(), [Shard(0)])
         self.assertEqual(dt.full_tensor(), full)
 
+    @with_comms
+    @parametrize("dim", [0, 1])
+    def test_shard_dim(self, dim):
+        full = torch.arange(70.0).reshape(7, 10)  # uneven on both dims: 2, 2, 2, 1 and 3, 3, 3, 1
+        dt = distribute_tensor(full, self.build_device_mesh(), [Shard(dim)])
+        self.assertEqual(dt.to_local(), full.chunk(self.world_size, dim)[self.rank])
+
+
+instantiate_parametrized_tests(DTensorTest)
+
 
 if __name__ == "__main__":
     run_tests()
@@ -119,4 +147,5 @@ def test_torch_run_tests_runs_a_ported_file(tmp_path):
     out = subprocess.run([sys.executable, str(path), "-v"], capture_output=True, text=True,
                          cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Ran 2 tests" in out.stderr and "OK" in out.stderr
+    assert "Ran 4 tests" in out.stderr and "OK" in out.stderr
+    assert "test_shard_dim_dim_1 (__main__.DTensorTest" in out.stderr

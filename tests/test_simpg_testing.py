@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import unittest
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -285,6 +286,26 @@ def test_dtensors_compare_like_torch_compares_them():
 
     result = _run(Compare, "test_compare")
     assert result.wasSuccessful(), _report(result)
+
+
+def test_warning_filters_changed_on_the_ranks_are_the_callers_again_after():
+    class Quiet(DTensorTestBase):
+        world_size = 2
+
+        def test_quiet(self):
+            # torch's @suppress_warnings: the ranks' blocks interleave at the barrier, so each
+            # rank's exit restores the filters another rank saw on entry
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dist.barrier()
+                dist.barrier()  # rank 1 waits here while rank 0 leaves its block first
+
+    import torch._dynamo  # noqa: F401 - torch's TestCase.run imports it; it adds filters
+
+    before = list(warnings.filters)
+    result = _run(Quiet, "test_quiet")
+    assert result.wasSuccessful(), _report(result)
+    assert warnings.filters == before
 
 
 def test_torch_caches_are_fresh_for_each_rank():
