@@ -1,19 +1,27 @@
-"""Op-database sweep throughput: our opdb_tests vs a harness in the style of PyTorch's own
-test/distributed/tensor/test_dtensor_ops.py, on the same OpInfos, on this machine.
+"""Op-database testing, side by side on the same OpInfos, on this machine: torch's own
+harnesses against our default op tier.
 
-- ours: ``opdb_tests.sweep.sweep_entry`` (soundness of every strategy on meshes (3,) and (2,2)
-  without threads; forward and backward end to end on (2,) and (2,2) in one simpg world per
-  mesh). A case is one (strategy or placement assignment, mesh, tier).
-- torch-style (a subprocess that never imports simpg or dtensor): torch.distributed.tensor on
-  4 threads over ``multi_threaded_pg`` (like ``DTensorOpTestBase``), each sample converted by
-  ``DTensorConverter`` into every product of Replicate / even Shard placements, the op run on
-  DTensors and ``full_tensor()`` compared with the single-device result. A case is one
-  placement combination of one sample.
+- torch, threaded: the pattern of torch's ``test/distributed/tensor/test_dtensor_ops.py``
+  (``TestMultiThreadedDTensorOps``) on ``DTensorOpTestBase``: per OpInfo, 4 threads on
+  torch's multithreaded process group; every sample at float32, every Replicate / even Shard
+  combination ``DTensorConverter`` yields on a 1-D 4-rank mesh, op run on DTensors and
+  ``full_tensor()`` compared with the plain result (forward; a backward is run, not checked).
+- torch, LocalTensor: the same tests (``TestLocalDTensorOps``) under ``LocalTensorMode`` on a
+  ``fake`` process group, every rank in one thread.
+- ours: what ``bash scripts/test.sh`` runs of ``opdb_tests`` by default, ``test_op[KEY]``:
+  ``sweep.BASE`` (soundness of every rule strategy on meshes (3,) and (2, 2); forward and
+  backward end to end on (2,) and (2, 2), R / S / uneven S / Partial inputs, in one simpg
+  world per mesh), the verdict against ``expected_failures.py``, and one hypothesis draw in
+  the ci profile.
 
-Both get the first sample of the same OpInfos (``--ops N``: every k-th variant of op_db so
-that N are taken). Prints cases checked per second for each and the ratio.
+torch's two harnesses run in subprocesses that never import simpg or dtensor
+(``torch_opdb_harness.py``, which says how it follows torch's file). A case is one placement
+combination of one sample (torch), one (strategy or placement assignment, mesh, tier) (ours).
+OpInfos are taken evenly from op_db (``--ops N``, or ``--ops all``) and run in chunks, each
+chunk by the three harnesses in turn (rotating who goes first), so that a change in the
+machine's load falls on all three alike. Each harness warms up on ``add`` before the clock.
 
-    .venv/bin/python benchmarks/bench_opdb.py [--ops 60]
+    .venv/bin/python benchmarks/bench_opdb.py [--ops 12 | --ops all] [--chunk 25]
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import os
 import subprocess
 import sys
 import time
+import warnings
+from typing import Any, Callable
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import readme_figures
@@ -31,19 +41,35 @@ except ImportError:
     from benchmarks import readme_figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HARNESS = os.path.join(ROOT, "benchmarks", "torch_opdb_harness.py")
+TORCH_MODES = {"threaded": "torch, multithreaded pg", "local": "torch, LocalTensor mode"}
+OURS = "ours, default op tier"
+CHECKS = {  # what a case of each harness checks (the table's notes)
+    "torch": "forward result of the op on DTensors vs the plain op (full_tensor); Replicate + "
+             "even Shard per tensor on a 1-D 4-rank mesh; op_db sizes shrunk so 4 divides "
+             "them; every float32 sample; an OpInfo stops at its first failing case",
+    "ours": "soundness of every rule strategy (each rank's local result is its claimed "
+            "shard) on (3,) and (2,2); forward and backward end to end vs one device on (2,) "
+            "and (2,2): R, S, uneven S, Partial inputs; op_db's own sizes; first sample, and "
+            "one hypothesis draw",
+}
 
 
-def _keys(n: int) -> list[str]:
-    from opdb_tests.cases import entries, samples
+def _keys(n: int | None) -> list[str]:
+    """``n`` OpInfo variants evenly spaced in op_db order (every one when ``n`` is None)."""
+    from opdb_tests.cases import entries
 
-    usable = [e for e in entries() if samples(e, 1)]
-    step = max(1, len(usable) // n)
-    return [e.key for e in usable[::step][:n]]
+    keys = [e.key for e in entries()]
+    if n is None or n >= len(keys):
+        return keys
+    return [keys[i * len(keys) // n] for i in range(n)]
 
 
 def warm(keys: list[str]) -> None:
     """What a sweep of ``keys`` does before its first case, so that it is not timed: one
-    intra-op thread, the samples generated and mapped to aten, the runtime's lazy imports."""
+    intra-op thread, the samples generated and mapped to aten, the runtime's lazy imports.
+    (``profile_opdb`` times sweeps after it; ``ours`` below times sample generation too, as
+    torch's harnesses do.)"""
     import torch
 
     from opdb_tests.cases import entry, samples
@@ -55,127 +81,212 @@ def warm(keys: list[str]) -> None:
     sweep_entry(entry("add"))
 
 
-def ours(keys: list[str]) -> dict:
-    from opdb_tests.cases import entry
-    from opdb_tests.sweep import sweep_entry
-
-    warm(keys)
-    t0 = time.perf_counter()
-    results = [sweep_entry(entry(k)) for k in keys]
-    secs = time.perf_counter() - t0
-    placements = sum(len(r.tried["forward"]) for r in results)
-    return {"cases": sum(r.cases for r in results), "seconds": secs,
-            "kinds": placements / max(len(results), 1)}
+# -- ours: the default tier's test_op ----------------------------------------------------------
 
 
-_THEIRS = r'''
-import json, sys, threading, time, warnings
-warnings.simplefilter("ignore")
-import torch
-import torch.distributed as c10d
-from torch.utils._pytree import tree_flatten
-from torch.distributed.tensor import DTensor, init_device_mesh
-from torch.testing._internal.common_methods_invocations import op_db
-from torch.testing._internal.distributed._tensor.common_dtensor import DTensorConverter
-from torch.testing._internal.distributed.multi_threaded_pg import _install_threaded_pg
+class DefaultTier:
+    """Runs ``opdb_tests.test_opdb.test_op`` (the default tier's test of one OpInfo) as pytest
+    would, outside pytest: the ci hypothesis profile loaded, a skip or a failure recorded.
+    Counts cases by wrapping the sweep's ``soundness`` and ``run_world`` while it runs."""
 
-torch.set_num_threads(1)
-keys = json.loads(sys.argv[1])
-WORLD = 4
-by_key = {}
-for op in op_db:
-    k = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
-    by_key.setdefault(k, op)
-work = []
-for k in keys:
-    op = by_key[k]
-    dts = op.supported_dtypes("cpu")
-    dt = torch.float32 if torch.float32 in dts else (torch.float64 if torch.float64 in dts
-                                                      else sorted(dts, key=str)[0])
-    for s in op.sample_inputs("cpu", dt, requires_grad=False):
-        work.append((op, (s.input, *s.args), dict(s.kwargs)))
-        break
-counts = [0] * WORLD
-errors = [0] * WORLD
+    def __init__(self) -> None:
+        # the root conftest registers and loads the hypothesis profiles of the default run
+        # (ci unless HYPOTHESIS_PROFILE says otherwise); under pytest it is already imported
+        import conftest  # noqa: F401
+        import torch
 
-def body(rank):
-    mesh = init_device_mesh("cpu", (WORLD,))
-    for op, args, kwargs in work:
+        from opdb_tests import test_opdb
+
+        torch.set_num_threads(1)
+        self.test_opdb = test_opdb
+        self.record: dict[str, dict[str, Any]] = {}
+        self.cases = 0
+        self.run(["add"])  # untimed: lazy imports, first dispatch, first worlds
+        from opdb_tests.cases import samples
+
+        samples.cache_clear()  # the timed keys generate their samples, as torch's tests do
+
+    def _counting(self, fn: Callable, count: Callable[[tuple, Any], int]) -> Callable:
+        def call(*a: Any, **kw: Any) -> Any:
+            found = fn(*a, **kw)
+            self.cases += count(a, found)
+            return found
+        return call
+
+    def run(self, keys: list[str]) -> dict[str, Any]:
+        import pytest
+
+        from opdb_tests import sweep
+
+        t = self.test_opdb
+        saved = sweep.soundness, t.soundness, sweep.run_world
+        sweep.soundness = self._counting(saved[0], lambda a, found: found[2])
+        t.soundness = self._counting(saved[1], lambda a, found: found[2])
+        sweep.run_world = self._counting(saved[2], lambda a, found: len(a[1]))
+        record: dict[str, dict[str, Any]] = {}
+        seconds = 0.0
         try:
-            ref = op.op(*args, **kwargs)
-        except Exception:
-            continue
-        conv = DTensorConverter(mesh, args, kwargs)
-        for dargs, dkwargs in conv:       # the core loop of test_dtensor_ops.run_dtensor_crossref
-            if not conv.successful():
-                continue
-            counts[rank] += 1
-            try:
-                out = op.op(*dargs, **dkwargs)
-                flat, _ = tree_flatten(out)
-                rflat, _ = tree_flatten(ref)
-                for o, r in zip(flat, rflat):
-                    if isinstance(o, DTensor):
-                        torch.testing.assert_close(o.full_tensor(), r, check_stride=False)
-            except Exception:
-                errors[rank] += 1
+            with warnings.catch_warnings():
+                # pytest ignores UserWarning for test_op and makes others errors; op_db's
+                # samples warn (degrees of freedom...), which says nothing about sharding
+                warnings.simplefilter("ignore")
+                for k in keys:
+                    before = self.cases
+                    t0 = time.perf_counter()
+                    try:
+                        t.test_op(k)
+                        outcome = "pass"
+                    except pytest.skip.Exception:
+                        outcome = "skip"
+                    except AssertionError:  # a failure not listed in expected_failures.py
+                        outcome = "fail"
+                    seconds += time.perf_counter() - t0
+                    record[k] = {"outcome": outcome, "cases": self.cases - before}
+        finally:
+            sweep.soundness, t.soundness, sweep.run_world = saved
+        return {"seconds": seconds, "cases": sum(r["cases"] for r in record.values()),
+                "per_op": record}
 
-world = _install_threaded_pg()
-store = c10d.HashStore()
-torch._C._distributed_c10d._set_thread_isolation_mode(True)
-def worker(rank):
-    c10d.init_process_group(backend="threaded", rank=rank, world_size=WORLD, store=store)
+
+def ours(keys: list[str]) -> dict[str, Any]:
+    """The default tier's tests of ``keys``, timed after a warm-up."""
+    return DefaultTier().run(keys)
+
+
+# -- torch's harnesses, in subprocesses ---------------------------------------------------------
+
+
+class TorchHarness:
+    """A ``torch_opdb_harness.py MODE --serve`` subprocess: started, warmed up once
+    (``ready``), then asked to run one chunk of OpInfos at a time."""
+
+    def __init__(self, mode: str) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTORCH_PRINT_REPRO_ON_FAILURE="0")
+        self.mode = mode
+        self.proc = subprocess.Popen([sys.executable, HARNESS, mode, "--serve"], cwd=ROOT,
+                                     env=env, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def ready(self) -> TorchHarness:
+        """Wait for its warm-up (harnesses started together warm up side by side, untimed)."""
+        self._answer()  # {"ready": mode}
+        return self
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"torch harness {self.mode!r} ended (exit code "
+                                   f"{self.proc.wait()}); run  {sys.executable} {HARNESS} "
+                                   f"{self.mode} '[\"add\"]'  to see why")
+            if line.startswith("{"):  # torch's tests may print (a failed backward...)
+                return json.loads(line)
+
+    def run(self, keys: list[str]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(keys) + "\n")
+        self.proc.stdin.flush()
+        found = self._answer()
+        if found["imported"]:
+            raise RuntimeError(f"torch harness {self.mode!r} imported {found['imported']}")
+        return found
+
+    def close(self) -> None:
+        """End the subprocess: stdin closed, it leaves its loop; killed if it does not."""
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+# -- interleaved runs and the table -------------------------------------------------------------
+
+
+def compare(keys: list[str], chunk: int = 25, progress: bool = True) -> dict[str, dict]:
+    """Every harness on ``keys``, chunk by chunk in rotating order; per harness the summed
+    seconds and cases and each OpInfo's record."""
+    starting = {m: TorchHarness(m) for m in TORCH_MODES}
     try:
-        body(rank)
+        ours_run = DefaultTier()
+        runners: dict[str, Callable[[list[str]], dict]] = {
+            **{TORCH_MODES[m]: h.ready().run for m, h in starting.items()}, OURS: ours_run.run}
+        totals = {name: {"seconds": 0.0, "cases": 0, "per_op": {}} for name in runners}
+        names = list(runners)
+        chunks = [keys[i:i + chunk] for i in range(0, len(keys), chunk)]
+        for i, part in enumerate(chunks):
+            for name in names[i % 3:] + names[:i % 3]:
+                found = runners[name](part)
+                totals[name]["seconds"] += found["seconds"]
+                totals[name]["cases"] += found["cases"]
+                totals[name]["per_op"].update(found["per_op"])
+            if progress:
+                sys.stderr.write(f"\r{min((i + 1) * chunk, len(keys))}/{len(keys)} OpInfos")
+                sys.stderr.flush()
+        if progress:
+            sys.stderr.write("\n")
     finally:
-        c10d.destroy_process_group()
-t0 = time.perf_counter()
-threads = [threading.Thread(target=worker, args=(r,)) for r in range(WORLD)]
-for t in threads: t.start()
-for t in threads: t.join(timeout=1200)
-secs = time.perf_counter() - t0
-print(json.dumps({"cases": counts[0], "errors": errors[0], "seconds": secs,
-                  "per_op": counts[0] / max(len(work), 1)}))
-'''
+        for h in starting.values():
+            h.close()
+    return totals
 
 
-def theirs(keys: list[str]) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", _THEIRS, json.dumps(keys)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"torch-style harness failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def _outcomes(per_op: dict[str, dict]) -> dict[str, int]:
+    counts = {"pass": 0, "fail": 0, "skip": 0}
+    for r in per_op.values():
+        counts[r["outcome"]] += 1
+    return counts
+
+
+def report(keys: list[str], totals: dict[str, dict]) -> None:
+    print(f"op_db tests, {len(keys)} OpInfos, {os.cpu_count()} CPUs; torch {_torch_version()}")
+    print(f"{'harness':<26}{'OpInfos run':>12}{'passed':>8}{'cases':>8}{'seconds':>9}"
+          f"{'cases/s':>9}")
+    for name, t in totals.items():
+        n = _outcomes(t["per_op"])
+        run = n["pass"] + n["fail"]
+        print(f"{name:<26}{run:>12}{n['pass']:>8}{t['cases']:>8}{t['seconds']:>9.1f}"
+              f"{t['cases'] / max(t['seconds'], 1e-9):>9.1f}")
+    fastest = min(TORCH_MODES.values(), key=lambda name: totals[name]["seconds"])
+    o, f = totals[OURS], totals[fastest]
+    print(f"ours / faster torch harness ({fastest}): {o['seconds'] / f['seconds']:.2f}x the "
+          f"time, {(o['cases'] / o['seconds']) / (f['cases'] / f['seconds']):.2f}x the cases/s, "
+          f"{o['cases'] / max(f['cases'], 1):.2f}x the cases")
+    print("OpInfos run: torch tests float32 OpInfos only, and not one op_db skips for it; "
+          "ours skips those without a usable sample")
+    print(f"torch's case: {CHECKS['torch']}")
+    print(f"our case: {CHECKS['ours']}")
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", type=int, default=60)
+    ap.add_argument("--ops", default="12",
+                    help="how many OpInfos, taken evenly from op_db, or 'all' (default 12)")
+    ap.add_argument("--chunk", type=int, default=25,
+                    help="OpInfos per turn of each harness (default 25)")
     ap.add_argument("--write-readme", action="store_true",
                     help="also rewrite this benchmark's block of README.md")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, ROOT)
-    keys = _keys(args.ops)
-    t = theirs(keys)
-    o = ours(keys)
-    rate_t, rate_o = t["cases"] / t["seconds"], o["cases"] / o["seconds"]
-    with readme_figures.tee() as report:
-        print(f"op_db sweep, {len(keys)} OpInfos (first sample each), {os.cpu_count()} CPUs")
-        print(f"{'harness':<44}{'cases':>8}{'seconds':>9}{'cases/s':>10}{'cases/op':>10}")
-        print(f"{'torch-style (DTensorConverter, threaded pg)':<44}{t['cases']:>8}"
-              f"{t['seconds']:>9.2f}{rate_t:>10.1f}{t['cases'] / len(keys):>10.1f}")
-        print(f"{'ours (opdb_tests, simpg)':<44}{o['cases']:>8}{o['seconds']:>9.2f}"
-              f"{rate_o:>10.1f}{o['cases'] / len(keys):>10.1f}")
-        print(f"speed-up: {rate_o / rate_t:.1f}x cases/s; "
-              f"{o['cases'] / max(t['cases'], 1):.1f}x "
-              f"cases per op (torch-style: Replicate and even Shard on a 4-rank 1-D mesh, "
-              f"forward; "
-              f"ours: every rule strategy + R/S/uneven S/Partial on 1-D and 2-D meshes, forward "
-              f"and backward)")
+    keys = _keys(None if args.ops == "all" else int(args.ops))
+    totals = compare(keys, max(1, min(args.chunk, -(-len(keys) // 3))))
+    with readme_figures.tee() as out:
+        report(keys, totals)
     if args.write_readme:  # a text table: fenced, so that markdown keeps its columns
-        readme_figures.write_readme("bench-opdb", f"```text\n{report.getvalue().strip()}\n```",
+        readme_figures.write_readme("bench-opdb", f"```text\n{out.getvalue().strip()}\n```",
                                     f".venv/bin/python benchmarks/bench_opdb.py --ops {args.ops} "
                                     "--write-readme")
 
