@@ -15,7 +15,8 @@ one process, so three kinds of state would leak between ranks:
 3. process-wide switches (below, ``SWITCHES``): since ranks run one at a time
    (Note [one rank runs at a time]), each rank's values are saved when it gives the CPU away
    and restored when it takes it back, as torch's CPU RNG state is. A rank starts with the
-   caller's values, and the caller gets its own back when the world ends.
+   caller's values, as a process forked from the caller would, and the caller gets its own
+   back when the world ends. Two kinds of value (Note [values and objects]).
 
 The limits, where simpg cannot give each rank its own copy:
 - state simpg does not know of (another library's module globals, a C++ global that torch
@@ -32,6 +33,7 @@ The limits, where simpg cannot give each rank its own copy:
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import itertools
 import operator
@@ -40,6 +42,27 @@ import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import torch
+
+
+# Note [values and objects]
+# A switch holds either a value or an object that torch mutates in place, and each kind is
+# made per rank in its own way; sharing one mutable thing between ranks is the bug to avoid.
+# - A value that is replaced, never mutated (the default dtype, the redistribute flags): the
+#   saved value is the value itself.
+# - A table that torch mutates in place but always reaches through one attribute
+#   (``DTensor._op_dispatcher._custom_op_handlers``: ``loss_parallel`` adds its handlers on
+#   entry and pops them on exit): one live dict, whose contents are the running rank's. A
+#   snapshot saves a copy (``Switch.copy``) and ``restore`` puts a rank's copy back into the
+#   live dict, so a rank that holds the table by reference still sees its own entries.
+# - An object that torch mutates in place and that the switch merely points to (the DTensor
+#   RNG tracker: ``tracker.distribute_region_enabled = False``): swapping the pointer is not
+#   enough when two ranks point to the same object, as every rank does to the caller's at
+#   the start. A rank gets its own copy (``Switch.fork``) of any such object it still shares
+#   with the world's baseline when it first takes the CPU (``own``), as a forked process has
+#   its own copy of its parent's; one it makes itself is its own already. ``adopt`` keeps a
+#   copy in the baseline, so the importing rank's object stays its own.
 
 
 @dataclass(frozen=True)
@@ -57,6 +80,8 @@ class Switch:
     set: Callable[[Any, Any], None]  # (module, saved value) -> None
     fresh: Callable[[Any], bool]  # whether a value is what a fresh process has
     copy: Callable[[Any], Any] | None = None  # value -> a copy to save; None: immutable
+    # an object mutated in place -> a rank's own copy of it (Note [values and objects])
+    fork: Callable[[Any], Any] | None = None
 
 
 def _attr(name: str, default: Any) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None],
@@ -80,14 +105,31 @@ def _set_handlers(m: Any, value: dict) -> None:
         handlers.update(value)
 
 
+def _fork_object(obj: Any) -> Any:
+    """A copy of ``obj`` whose mutable attributes (containers, tensors) are copies too, as in a
+    forked process; modules, devices and other immutable attributes are shared."""
+    if obj is None:
+        return None
+    new = copy.copy(obj)
+    state = getattr(new, "__dict__", None)
+    if state is not None:
+        for name, value in state.items():
+            if isinstance(value, (dict, list, set)):
+                state[name] = copy.copy(value)
+            elif isinstance(value, torch.Tensor):
+                state[name] = value.clone()
+    return new
+
+
 SWITCHES: dict[str, Switch] = {
     "default dtype": Switch("torch", operator.methodcaller("get_default_dtype"),  # C++ global
                             lambda m, v: m.set_default_dtype(v), lambda v: True),
     # loss_parallel() adds its handlers here and removes them on exit
     "DTensor custom op handlers": Switch("torch.distributed.tensor._api", _handlers,
                                          _set_handlers, _no_loss_handlers, copy=dict),
+    # an object: ranks mutate their tracker in place (distribute_region_enabled)
     "DTensor RNG tracker": Switch("torch.distributed.tensor._random",
-                                  *_attr("_rng_tracker", None)),
+                                  *_attr("_rng_tracker", None), fork=_fork_object),
     "redistribute min-cost plan flag": Switch(
         "torch.distributed.tensor._redistribute",
         *_attr("_FORCE_MIN_COST_REDISTRIBUTION_PLAN", None)),
@@ -135,6 +177,20 @@ def restore(saved: dict[str, Any]) -> None:
     for name, value in saved.items():
         s = SWITCHES[name]
         s.set(mods[s.module], value)
+
+
+_FORKED = tuple((name, s.fork) for name, s in SWITCHES.items() if s.fork is not None)
+
+
+def own(saved: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` (a rank's switches), with a copy of its own of each object it still shares
+    with the world's ``baseline`` (Note [values and objects]); ``saved`` itself if none, and
+    never changed (saved dicts may be shared between ranks)."""
+    for name, fork in _FORKED:
+        value = saved.get(name)
+        if value is not None and value is baseline.get(name):
+            saved = {**saved, name: fork(value)}
+    return saved
 
 
 # -- meshes ---------------------------------------------------------------------------------
@@ -194,7 +250,8 @@ def adopt(baseline: dict[str, Any], seen: dict[str, Any]) -> list[str]:
     changed = []
     for name, value in seen.items():
         if name not in baseline:
-            baseline[name] = value
+            fork = SWITCHES[name].fork  # the importing rank's object stays its own
+            baseline[name] = value if fork is None else fork(value)
             if not SWITCHES[name].fresh(value):
                 changed.append(name)
     return changed
@@ -211,5 +268,5 @@ def warn_shared(names: list[str]) -> None:
                       IsolationWarning, stacklevel=3)
 
 
-__all__ = ["IsolationWarning", "SWITCHES", "adopt", "install", "restore", "snapshot",
+__all__ = ["IsolationWarning", "SWITCHES", "adopt", "install", "own", "restore", "snapshot",
            "warn_shared"]

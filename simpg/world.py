@@ -30,7 +30,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
-from simpg.isolation import adopt, restore, snapshot
+from simpg.isolation import adopt, own, restore, snapshot
 from simpg.stuck import Cpu, interrupt, user_position
 
 _CPU = Cpu()  # held by the one simulated rank running in this process
@@ -374,6 +374,7 @@ class World:
         _GENERATOR.set_state(me.rng_state)  # torch.set_rng_state, without its Python frame
         if len(me.switches) < len(self.switches):  # a module imported inside the world
             me.switches = {**self.switches, **me.switches}
+        me.switches = own(me.switches, self.switches)  # Note [values and objects]
         if me.switches is not _CPU.switches:  # Note [cheap switch snapshots]
             if me.switches != _CPU.switches:  # ranks mostly agree: setting them costs µs
                 restore(me.switches)

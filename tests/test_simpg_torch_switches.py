@@ -1,0 +1,234 @@
+"""torch programs that flip process-wide switches give on simpg what they give on processes
+(Note [per-rank process state]): torch's DTensor ``loss_parallel``, ``implicit_replication``,
+its RNG (``manual_seed``, random ops on sharded DTensors), ``torch.set_default_dtype`` and the
+redistribute flags, under many schedules, against single-device answers and against the same
+program on real gloo processes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import _random as dtensor_random
+from torch.distributed.tensor import _redistribute as dtensor_redistribute
+from torch.distributed.tensor.parallel import loss_parallel
+
+import simpg
+from simpg.isolation import adopt
+
+PROGRAM = Path(__file__).parent / "programs" / "torch_switches_program.py"
+SEEDS = [None, *range(8)]  # round-robin, then seeded interleavings
+WORLD_SIZE = 4
+GLOO_TIMEOUT_S = 180.0  # 4 processes that each import torch's DTensor, on a busy machine
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")  # torch's cpu advice
+
+
+def _load_program() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("torch_switches_program", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def program() -> ModuleType:
+    return _load_program()
+
+
+@pytest.fixture(scope="module")
+def on_simpg(program) -> dict[int | None, list[dict[str, dict[str, Any]]]]:
+    """Every case's result per rank, for each schedule."""
+    return {seed: simpg.run(program.program, WORLD_SIZE, schedule_seed=seed, timeout=60)
+            for seed in SEEDS}
+
+
+def _each_rank(on_simpg, case: str):
+    for seed, ranks in on_simpg.items():
+        for rank, results in enumerate(ranks):
+            yield f"schedule_seed={seed}, rank {rank}", rank, results[case]
+
+
+# -- each switch, against what one device (or one process) gives ------------------------------
+
+def test_loss_parallel_forward_and_backward_equal_one_device(program, on_simpg):
+    logits = program.logits().requires_grad_()
+    loss = F.cross_entropy(logits, program.TARGETS)
+    loss.backward()
+    summed = F.cross_entropy(logits.detach(), program.TARGETS, reduction="sum")
+    for where, _, got in _each_rank(on_simpg, "loss_parallel"):
+        for key, want in {"loss": loss.detach(), "grad": logits.grad, "summed": summed,
+                          "plain": loss.detach()}.items():
+            torch.testing.assert_close(got[key], want, msg=lambda m, k=key: f"{where} {k}: {m}")
+        assert got["grad placements"] == "(Shard(dim=1),)", where
+
+
+def test_implicit_replication_is_per_rank(on_simpg):
+    full = torch.arange(35, dtype=torch.float64).reshape(7, 5)
+    bias = torch.arange(5, dtype=torch.float64)
+    for where, _, got in _each_rank(on_simpg, "implicit_replication"):
+        assert torch.equal(got["mixed"], full + bias), where
+        assert torch.equal(got["scaled"], full * bias), where
+        assert got["refused outside"] is True, where
+
+
+def test_each_rank_draws_what_its_own_process_draws(on_simpg):
+    """On cpu torch keeps no DTensor RNG tracker: a rank's random op is the local op on its
+    own generator, which simpg gives each rank (seeded here per rank, as a process is)."""
+    for where, rank, got in _each_rank(on_simpg, "rng"):
+        torch.manual_seed(100 + rank)
+        local_rows = torch.ones(8, 6, dtype=torch.float64).chunk(WORLD_SIZE, 0)[rank]
+        dropped = F.dropout(local_rows, 0.5)
+        if rank == 0:
+            torch.rand(3)
+        cols = torch.zeros(8, 6).chunk(WORLD_SIZE, 1)
+        noise = torch.rand_like(cols[rank]) if rank < len(cols) else torch.zeros(8, 0)
+        assert torch.equal(got["dropout local"], dropped), where
+        assert torch.equal(got["rand_like local"], noise), where
+        assert torch.equal(got["after"], torch.rand(2)), where
+        assert got["tracker is None"] is True, where
+    torch.manual_seed(0)
+
+
+def test_default_dtype_is_per_rank(on_simpg):
+    for where, rank, got in _each_rank(on_simpg, "default_dtype"):
+        want = "torch.float32" if rank == 0 else "torch.float64"
+        assert (got["dtype after"], got["made dtype"]) == (want, want), where
+        assert got["total"].dtype == torch.float64, where
+        torch.testing.assert_close(got["total"], torch.tensor(13.5, dtype=torch.float64))
+        assert torch.equal(got["gathered"], torch.arange(4, dtype=torch.float64)), where
+    assert torch.get_default_dtype() == torch.float32  # the caller's own came back
+
+
+# -- against real processes -------------------------------------------------------------------
+
+def _assert_same(sim: Any, real: Any, where: str) -> None:
+    """Exact, except floats reduced across ranks: gloo adds in another order (ulps apart)."""
+    if isinstance(real, torch.Tensor):
+        assert (sim.dtype, sim.shape) == (real.dtype, real.shape), where
+        if real.is_floating_point():
+            torch.testing.assert_close(sim, real, rtol=1e-12, atol=1e-15,
+                                       msg=lambda m: f"{where}: {m}")
+        else:
+            assert torch.equal(sim, real), where
+    else:
+        assert sim == real, where
+
+
+@pytest.mark.gloo
+def test_every_case_equals_gloo_rank_for_rank_under_every_schedule(on_simpg, tmp_path):
+    from gloo_runner import run_program_on_gloo
+
+    on_gloo = run_program_on_gloo(PROGRAM, WORLD_SIZE, tmp_path, timeout_s=GLOO_TIMEOUT_S)
+    for seed, ranks in on_simpg.items():
+        for rank, (sim, real) in enumerate(zip(ranks, on_gloo, strict=True)):
+            assert sim.keys() == real.keys()
+            for case in real:
+                assert sim[case].keys() == real[case].keys(), case
+                for key in real[case]:
+                    where = f"schedule_seed={seed}, rank {rank}, {case}: {key}"
+                    _assert_same(sim[case][key], real[case][key], where)
+    # the RNG draws differ per rank, as each process's do: the comparison is not vacuous
+    assert not torch.equal(on_gloo[0]["rng"]["dropout local"], on_gloo[1]["rng"]["dropout local"])
+
+
+# -- switches that hold objects: each rank its own copy ---------------------------------------
+
+def _tracker() -> Any:
+    return dtensor_random._RNGStateTracker(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_callers_rng_tracker_is_copied_per_rank_like_a_forked_process(seed):
+    """The tracker is an object torch mutates in place (``distribute_region_enabled``): each
+    rank starts from the caller's, as a process forked from it would, and owns its copy."""
+    caller = _tracker()
+    dtensor_random._rng_tracker = caller
+    try:
+        def body():
+            mine = dtensor_random._rng_tracker
+            if dist.get_rank() == 0:
+                mine.distribute_region_enabled = False
+            dist.barrier()  # the others run while rank 0's is off
+            same = dtensor_random._rng_tracker is mine
+            dist.barrier()
+            return same, mine is caller, mine.distribute_region_enabled
+
+        got = simpg.run(body, 3, schedule_seed=seed)
+        assert got == [(True, False, False), (True, False, True), (True, False, True)]
+        assert dtensor_random._rng_tracker is caller and caller.distribute_region_enabled
+    finally:
+        dtensor_random._rng_tracker = None
+
+
+def test_a_tracker_a_rank_makes_is_its_own():
+    def body():
+        if dist.get_rank() == 1:
+            dtensor_random._rng_tracker = _tracker()
+        dist.barrier()
+        return dtensor_random._rng_tracker is not None
+
+    assert simpg.run(body, 3, schedule_seed=1) == [False, True, False]
+    assert dtensor_random._rng_tracker is None
+
+
+def test_an_adopted_tracker_is_copied_for_the_other_ranks():
+    """A module first imported inside the world: the importing rank keeps its object, the
+    world's baseline (where the other ranks start) holds a copy of it."""
+    tracker = _tracker()
+    baseline: dict[str, Any] = {}
+    adopt(baseline, {"DTensor RNG tracker": tracker})
+    copied = baseline["DTensor RNG tracker"]
+    assert copied is not tracker and isinstance(copied, type(tracker))
+    tracker.distribute_region_enabled = False
+    assert copied.distribute_region_enabled
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_loss_handlers_held_by_reference_are_the_ranks_own(seed):
+    """A rank that keeps torch's handler table and edits it later edits its own table."""
+    def body():
+        table = DTensor._op_dispatcher._custom_op_handlers
+        if dist.get_rank() == 0:
+            with loss_parallel():
+                dist.barrier()
+                inside = aten_nll in table
+            dist.barrier()
+        else:
+            dist.barrier()
+            inside = aten_nll in table
+            dist.barrier()
+        return inside, aten_nll in DTensor._op_dispatcher._custom_op_handlers
+
+    aten_nll = torch.ops.aten.nll_loss_forward.default
+    assert simpg.run(body, 3, schedule_seed=seed) == [(True, False), (False, False),
+                                                      (False, False)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_redistribute_flags_are_per_rank(seed):
+    def body():
+        flags = dtensor_redistribute
+        if dist.get_rank() == 0:
+            with flags.use_min_cost_redistribution_plan(), \
+                    flags.disable_redistribute_transform_optimization():
+                dist.barrier()
+                seen = (flags._FORCE_MIN_COST_REDISTRIBUTION_PLAN,
+                        flags._DISABLE_REDISTRIBUTE_TRANSFORM_OPTIMIZATION)
+            dist.barrier()
+        else:
+            dist.barrier()
+            seen = (flags._FORCE_MIN_COST_REDISTRIBUTION_PLAN,
+                    flags._DISABLE_REDISTRIBUTE_TRANSFORM_OPTIMIZATION)
+            dist.barrier()
+        return seen
+
+    assert simpg.run(body, 3, schedule_seed=seed) == [(True, True), (None, False),
+                                                      (None, False)]
