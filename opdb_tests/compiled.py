@@ -9,12 +9,15 @@ OpInfo's callable runs compiled (``CompiledEntry``). Tiers:
 - ``compiled``: forward under ``torch.compile(fullgraph=True, dynamic=False)``; a graph
   break is a failure (the op must compile whole), so a pass means the compiled graph ran.
 - ``compiled_backward``: the same cases' gradients, through AOTAutograd's backward graph.
+- ``resized``: static shapes at a second size (the next sample whose tensors have other
+  shapes), forward on the first mesh, after the first size's cases through the same compiled
+  function: each new shape compiles a new graph (Note [static shapes only] in
+  dtensor.compile), and a graph of the first size must not answer for the second.
 - ``dynamic``: the DTensor inputs' dims of size >= 2 marked dynamic
-  (``torch._dynamo.mark_dynamic``), at two sizes: the first sample and the next one whose
-  tensors have other shapes, through one compiled function.
+  (``torch._dynamo.mark_dynamic``), at both sizes, through one compiled function.
 
-Every case of an entry goes through one compiled function (one dynamo cache): each rank, each
-placement assignment and each sample recompiles on its guards, so a graph reused where it
+The static cases of an entry go through one compiled function (one dynamo cache): each rank,
+each placement assignment and each size recompiles on its guards, so a graph reused where it
 should not be shows as wrong values. Backend ``aot_eager`` by default (``inductor`` with
 ``--backend inductor`` or ``OPDB_COMPILE_BACKEND=inductor`` for the tests: its tiers are
 named ``compiled@inductor``..., with no recorded verdicts yet).
@@ -45,7 +48,7 @@ from opdb_tests.cases import (Entry, Sample, SampleGenerationError, base_assignm
                               fmt_placements, samples)
 from opdb_tests.checks import Failure
 
-TIERS = ("compiled", "compiled_backward", "dynamic")
+TIERS = ("compiled", "compiled_backward", "resized", "dynamic")
 DEFAULT_BACKEND = "aot_eager"
 # a rank may wait this long on the others' compiles (they hold dynamo's lock)
 COMPILE_S = 600.0
@@ -63,6 +66,7 @@ class Config:
     backend: Any = DEFAULT_BACKEND  # a torch.compile backend: a name or a callable
     meshes: tuple[tuple[int, ...], ...] = ((2,), (2, 2))
     backward: bool = True  # the compiled_backward tier, where the OpInfo has autograd
+    resized: bool = True  # the resized tier
     dynamic: bool = True  # the dynamic tier
     dynamic_meshes: tuple[tuple[int, ...], ...] = ((2,),)
 
@@ -190,7 +194,8 @@ class Run:
     tiers: list[str] = field(default_factory=list)  # the tiers it ran
     failures: list[CompiledFailure] = field(default_factory=list)
     cases: dict[str, int] = field(default_factory=dict)  # per tier
-    seconds: dict[str, float] = field(default_factory=dict)  # per tier, compiles included
+    # wall seconds, compiles included: "static" (compiled, compiled_backward, resized), "dynamic"
+    seconds: dict[str, float] = field(default_factory=dict)
     no_cases: str = ""
     # the OpInfo's sample generator raises: the eager tiers' failure (test_opdb), not run here
     generation_error: str = ""
@@ -206,30 +211,47 @@ def two_sizes(e: Entry) -> list[Sample]:
     return [ss[0]] + ([other] if other is not None else [])
 
 
-def _world_cases(e: Entry, ss: Sequence[Sample], mesh_shape: tuple[int, ...],
-                 tiers: Sequence[str]) -> list[tuple]:
+# a world: (dynamic, mesh, its cases as (sample, placements, eager tier, this module's tier))
+World = tuple[bool, tuple[int, ...], list[tuple[Sample, tuple, str, str]]]
+
+
+def plan(e: Entry, cfg: Config, backward: bool) -> list[World]:
+    """The worlds of an entry's compiled tiers, static ones first. The resized cases (the
+    second size) follow the first mesh's compiled cases in their world, through the same
+    compiled function: a graph of the first size must not answer for the second."""
+    sizes = two_sizes(e)
+    name = {t: tier_name(t, cfg.backend) for t in TIERS}
+    eager = [("forward", name["compiled"])]
+    eager += [("backward", name["compiled_backward"])] if cfg.backward and backward else []
+    worlds: list[World] = []
+    for i, m in enumerate(cfg.meshes):
+        cases = [(sizes[0], a, t, label) for a in base_assignments(sizes[0].tensors(), m)
+                 for t, label in eager]
+        if i == 0 and cfg.resized and len(sizes) > 1:
+            cases += [(sizes[1], a, "forward", name["resized"])
+                      for a in base_assignments(sizes[1].tensors(), m)]
+        worlds.append((False, m, cases))
+    if cfg.dynamic:
+        worlds += [(True, m, [(s, a, "forward", name["dynamic"]) for s in sizes
+                              for a in base_assignments(s.tensors(), m)])
+                   for m in cfg.dynamic_meshes]
+    return worlds
+
+
+def _run_world(e: Entry, world: World) -> list[CompiledFailure]:
     from opdb_tests.cases import aten_call
-
-    return [(e, s, aten_call(e, s), a, t) for s in ss
-            for a in base_assignments(s.tensors(), mesh_shape) for t in tiers]
-
-
-def _run_tier(e: Entry, ss: Sequence[Sample], meshes: Sequence[tuple[int, ...]],
-              eager_tiers: Sequence[str], names: dict[str, str]) -> tuple[list, int]:
     from opdb_tests.sweep import run_world
 
-    failures, n = [], 0
-    for m in meshes:
-        cases = _world_cases(e, ss, m, eager_tiers)
-        n += len(cases)
-        for case, f in zip(cases, run_world(m, cases, timeout=COMPILE_S)):
-            if f is not None:
-                failures.append(_as_tier(f, names[case[4]]))
-    return failures, n
+    _, m, cases = world
+    calls = {id(s): aten_call(e, s) for s, *_ in cases}
+    found = run_world(m, [(e, s, calls[id(s)], a, t) for s, a, t, _ in cases],
+                      timeout=COMPILE_S)
+    return [_as_tier(f, label) for (*_, label), f in zip(cases, found) if f is not None]
 
 
 def run_entry(e: Entry, cfg: Config = BASE) -> Run:
-    """Every compiled case of one entry, each tier in a fresh dynamo (caches reset)."""
+    """Every compiled case of one entry: the static worlds through one compiled function,
+    the dynamic ones through another, each from a fresh dynamo (caches reset)."""
     import torch
 
     from opdb_tests.cases import no_case_reason
@@ -238,34 +260,27 @@ def run_entry(e: Entry, cfg: Config = BASE) -> Run:
 
     r = Run(e.key)
     try:
-        ss, _, plan = plan_entry(e, SweepConfig(samples=1))
-        sizes = two_sizes(e) if cfg.dynamic else []
+        ss, _, planned = plan_entry(e, SweepConfig(samples=1))
+        worlds = plan(e, cfg, planned.backward) if ss else []
     except SampleGenerationError as ex:
         r.generation_error = ex.traceback.strip().rsplit("\n", 1)[-1]
         return r
     if not ss:
         r.no_cases = no_case_reason(e)
         return r
-    name = {t: tier_name(t, cfg.backend) for t in TIERS}
-    # (dynamic, samples, meshes, {eager tier of checks.end_to_end: this tier})
-    runs: list[tuple[bool, list[Sample], Sequence[tuple[int, ...]], dict[str, str]]] = []
-    eager = {"forward": name["compiled"]}
-    if cfg.backward and plan.backward:
-        eager["backward"] = name["compiled_backward"]
-    runs.append((False, ss, cfg.meshes, eager))
-    if cfg.dynamic:
-        runs.append((True, sizes, cfg.dynamic_meshes, {"forward": name["dynamic"]}))
-    for dynamic, tier_samples, meshes, names in runs:
+    for dynamic in (False, True):
+        mine = [w for w in worlds if w[0] == dynamic]
+        if not mine:
+            continue
         torch._dynamo.reset()
         t0 = time.perf_counter()
         ce = CompiledEntry.of(e, cfg.backend, dynamic)
-        fs, n = _run_tier(ce, tier_samples, meshes, list(names), names)
-        secs = time.perf_counter() - t0
-        r.failures += fs
-        for t in names.values():
-            r.tiers.append(t)
-            r.cases[t] = n // len(names)
-            r.seconds[t] = secs / len(names)
+        for w in mine:
+            r.failures += _run_world(ce, w)
+            for *_, label in w[2]:
+                r.cases[label] = r.cases.get(label, 0) + 1
+        r.seconds["dynamic" if dynamic else "static"] = time.perf_counter() - t0
+    r.tiers = list(r.cases)
     torch._dynamo.reset()
     return r
 
@@ -357,36 +372,37 @@ def run_many(keys: Sequence[str], cfg: Config, workers: int) -> list[Run]:
 def eager_seconds(key: str, cfg: Config) -> float:
     """The seconds the compiled tiers' cases of ``key`` take eagerly (after one warm-up)."""
     from opdb_tests.cases import entry
-    from opdb_tests.sweep import plan_entry, run_world
     from opdb_tests.sweep import Config as SweepConfig
+    from opdb_tests.sweep import plan_entry
 
     e = entry(key)
-    ss, _, plan = plan_entry(e, SweepConfig(samples=1))
-    tiers = ["forward", "backward"] if cfg.backward and plan.backward else ["forward"]
-    worlds = [(m, _world_cases(e, ss, m, tiers)) for m in cfg.meshes]
-    if cfg.dynamic:
-        worlds += [(m, _world_cases(e, two_sizes(e), m, ["forward"])) for m in cfg.dynamic_meshes]
-    run_world(*worlds[0])
+    worlds = plan(e, cfg, plan_entry(e, SweepConfig(samples=1))[2].backward)
+    _run_world(e, worlds[0])
     t0 = time.perf_counter()
-    for m, cases in worlds:
-        run_world(m, cases)
+    for w in worlds:
+        _run_world(e, w)
     return time.perf_counter() - t0
 
 
 def _one_case(args: argparse.Namespace, cfg: Config) -> int:
-    from opdb_tests.cases import aten_call, entry, parse_placements, sample
-    from opdb_tests.sweep import run_world
+    """Rerun one case (every base assignment without --placements); a resized case runs
+    after the first size's forward cases on its mesh, through the same compiled function."""
+    from opdb_tests.cases import entry, parse_placements, sample
 
     e = entry(args.key[0])
     s = sample(e, args.sample)
     mesh = tuple(int(x) for x in args.mesh.split(","))
     a = parse_placements(args.placements) if args.placements is not None else None
-    assignments = [a] if a is not None else base_assignments(s.tensors(), mesh)
     eager_tier = "backward" if args.tier == "compiled_backward" else "forward"
+    label = tier_name(args.tier, cfg.backend)
+    cases = [(s, x, eager_tier, label)
+             for x in ([a] if a is not None else base_assignments(s.tensors(), mesh))]
+    if args.tier == "resized":
+        first = two_sizes(e)[0]
+        cases = [(first, x, "forward", tier_name("compiled", cfg.backend))
+                 for x in base_assignments(first.tensors(), mesh)] + cases
     ce = CompiledEntry.of(e, cfg.backend, args.tier == "dynamic")
-    cases = [(ce, s, aten_call(e, s), x, eager_tier) for x in assignments]
-    fs = [_as_tier(f, tier_name(args.tier, cfg.backend))
-          for f in run_world(mesh, cases, timeout=COMPILE_S) if f is not None]
+    fs = _run_world(ce, (args.tier == "dynamic", mesh, cases))
     for f in fs:
         print(f.report())
     print("FAIL" if fs else "ok")
@@ -422,7 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs = run_many(keys, cfg, args.workers)
     for r in runs:
-        secs = ", ".join(f"{t} {r.seconds[t]:.1f}s/{r.cases[t]}" for t in r.tiers)
+        secs = ", ".join(f"{t} {r.cases[t]}" for t in r.tiers) + " cases; " + ", ".join(
+            f"{k} {v:.1f}s" for k, v in r.seconds.items()) if r.tiers else ""
         base = f" (eager: {eager_seconds(r.key, cfg):.2f}s)" if args.baseline and r.tiers else ""
         why = r.no_cases or r.generation_error
         print(f"{r.key}: {secs or 'not run: ' + why}{base}")

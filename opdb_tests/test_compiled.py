@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import threading
 from typing import Any
 
 import pytest
@@ -98,7 +99,7 @@ def _off_by_one(gm: torch.fx.GraphModule, _inputs: Any) -> Any:
     return run
 
 
-_ONE_MESH = dict(meshes=((2,),), backward=False, dynamic=False)
+_ONE_MESH = dict(meshes=((2,),), backward=False, resized=False, dynamic=False)
 
 
 def test_a_wrong_compiled_result_is_a_wrong_values_failure_with_its_reproducer() -> None:
@@ -143,3 +144,24 @@ def test_a_listed_kind_that_no_longer_occurs_fails() -> None:
     table = {("add", "compiled"): {causes.WRONG_VALUES: "listed by this test"}}
     assert "passes the compiled tier, but opdb_tests/expected_failures_compiled.py lists it" \
         in compiled.judge(r, table=table)[0]
+
+
+def _first_answer_only() -> Any:
+    """A backend whose compiled code, on each rank, returns that rank's first answer: a
+    stale graph, as one of the first size would be if it answered for the second."""
+    answers: dict[int, Any] = {}
+
+    def first_answer_only(gm: torch.fx.GraphModule, _inputs: Any) -> Any:
+        return lambda *args: answers.setdefault(threading.get_ident(), gm(*args))
+
+    return first_answer_only
+
+
+def test_a_graph_of_the_first_size_answering_for_the_second_fails_the_resized_tier() -> None:
+    cfg = compiled.Config(backend=_first_answer_only(), meshes=((2,),), backward=False,
+                          dynamic=False)
+    r = compiled.run_entry(entry("add"), cfg)
+    resized = [f for f in r.failures if f.tier == "resized@first_answer_only"]
+    # every case of the second size fails: another shape, or another placement, than its own
+    assert len(resized) == r.cases["resized@first_answer_only"] > 0
+    assert causes.WRONG_META in {f.cause for f in resized}
