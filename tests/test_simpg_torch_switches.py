@@ -31,16 +31,12 @@ GLOO_TIMEOUT_S = 180.0  # 4 processes that each import torch's DTensor, on a bus
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")  # torch's cpu advice
 
 
-def _load_program() -> ModuleType:
+@pytest.fixture(scope="module")
+def program() -> ModuleType:
     spec = importlib.util.spec_from_file_location("torch_switches_program", PROGRAM)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def program() -> ModuleType:
-    return _load_program()
 
 
 @pytest.fixture(scope="module")
@@ -83,18 +79,19 @@ def test_each_rank_draws_what_its_own_process_draws(on_simpg):
     """On cpu torch keeps no DTensor RNG tracker: a rank's random op is the local op on its
     own generator, which simpg gives each rank (seeded here per rank, as a process is)."""
     for where, rank, got in _each_rank(on_simpg, "rng"):
-        torch.manual_seed(100 + rank)
-        local_rows = torch.ones(8, 6, dtype=torch.float64).chunk(WORLD_SIZE, 0)[rank]
-        dropped = F.dropout(local_rows, 0.5)
-        if rank == 0:
-            torch.rand(3)
-        cols = torch.zeros(8, 6).chunk(WORLD_SIZE, 1)
-        noise = torch.rand_like(cols[rank]) if rank < len(cols) else torch.zeros(8, 0)
+        with torch.random.fork_rng():  # replay rank's draws on this process's generator
+            torch.manual_seed(100 + rank)
+            local_rows = torch.ones(8, 6, dtype=torch.float64).chunk(WORLD_SIZE, 0)[rank]
+            dropped = F.dropout(local_rows, 0.5)
+            if rank == 0:
+                torch.rand(3)
+            cols = torch.zeros(8, 6).chunk(WORLD_SIZE, 1)  # 6 columns on 4: 2, 2, 2, 0
+            noise = torch.rand_like(cols[rank]) if rank < len(cols) else torch.zeros(8, 0)
+            after = torch.rand(2)
         assert torch.equal(got["dropout local"], dropped), where
         assert torch.equal(got["rand_like local"], noise), where
-        assert torch.equal(got["after"], torch.rand(2)), where
+        assert torch.equal(got["after"], after), where
         assert got["tracker is None"] is True, where
-    torch.manual_seed(0)
 
 
 def test_default_dtype_is_per_rank(on_simpg):
