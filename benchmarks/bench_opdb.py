@@ -5,7 +5,7 @@ harnesses against our default op tier.
   (``TestMultiThreadedDTensorOps``) on ``DTensorOpTestBase``: per OpInfo, 4 threads on
   torch's multithreaded process group; every sample at float32, every Replicate / even Shard
   combination ``DTensorConverter`` yields on a 1-D 4-rank mesh, op run on DTensors and
-  ``full_tensor()`` compared with the plain result (forward; a backward is run, not checked).
+  ``full_tensor()`` compared with the plain result (forward only).
 - torch, LocalTensor: the same tests (``TestLocalDTensorOps``) under ``LocalTensorMode`` on a
   ``fake`` process group, every rank in one thread.
 - ours: what ``bash scripts/test.sh`` runs of ``opdb_tests`` by default, ``test_op[KEY]``:
@@ -31,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import warnings
 from typing import Any, Callable
@@ -44,15 +45,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(ROOT, "benchmarks", "torch_opdb_harness.py")
 TORCH_MODES = {"threaded": "torch, multithreaded pg", "local": "torch, LocalTensor mode"}
 OURS = "ours, default op tier"
-CHECKS = {  # what a case of each harness checks (the table's notes)
-    "torch": "forward result of the op on DTensors vs the plain op (full_tensor); Replicate + "
-             "even Shard per tensor on a 1-D 4-rank mesh; op_db sizes shrunk so 4 divides "
-             "them; every float32 sample; an OpInfo stops at its first failing case",
-    "ours": "soundness of every rule strategy (each rank's local result is its claimed "
-            "shard) on (3,) and (2,2); forward and backward end to end vs one device on (2,) "
-            "and (2,2): R, S, uneven S, Partial inputs; op_db's own sizes; first sample, and "
-            "one hypothesis draw",
-}
+NOTES = (  # what the table's figures stand for, printed under it
+    "torch's case: one sample (every float32 sample; op_db sizes shrunk so that 4 divides "
+    "them) with one Replicate / even Shard placement per tensor (every combination) on a 1-D "
+    "4-rank mesh; checked: the op's forward result on DTensors (full_tensor) against the plain "
+    "op. An OpInfo stops at its first failing case; one without float32 has no test.",
+    "our case: one rule strategy's soundness (each rank's local result is its claimed shard) "
+    "on (3,) or (2,2), or one end-to-end run, forward or backward, against one device on (2,) "
+    "or (2,2) with R, S, uneven S or Partial inputs; op_db's own sizes, the first usable "
+    "sample, then one hypothesis draw. An OpInfo without a usable sample is skipped; failures "
+    "are judged against expected_failures.py.",
+)
 
 
 def _keys(n: int | None) -> list[str]:
@@ -124,7 +127,6 @@ class DefaultTier:
         t.soundness = self._counting(saved[1], lambda a, found: found[2])
         sweep.run_world = self._counting(saved[2], lambda a, found: len(a[1]))
         record: dict[str, dict[str, Any]] = {}
-        seconds = 0.0
         try:
             with warnings.catch_warnings():
                 # pytest ignores UserWarning for test_op and makes others errors; op_db's
@@ -140,12 +142,12 @@ class DefaultTier:
                         outcome = "skip"
                     except AssertionError:  # a failure not listed in expected_failures.py
                         outcome = "fail"
-                    seconds += time.perf_counter() - t0
-                    record[k] = {"outcome": outcome, "cases": self.cases - before}
+                    record[k] = {"outcome": outcome, "cases": self.cases - before,
+                                 "seconds": time.perf_counter() - t0}
         finally:
             sweep.soundness, t.soundness, sweep.run_world = saved
-        return {"seconds": seconds, "cases": sum(r["cases"] for r in record.values()),
-                "per_op": record}
+        return {"seconds": sum(r["seconds"] for r in record.values()),
+                "cases": sum(r["cases"] for r in record.values()), "per_op": record}
 
 
 def ours(keys: list[str]) -> dict[str, Any]:
@@ -180,7 +182,7 @@ class TorchHarness:
                 raise RuntimeError(f"torch harness {self.mode!r} ended (exit code "
                                    f"{self.proc.wait()}); run  {sys.executable} {HARNESS} "
                                    f"{self.mode} '[\"add\"]'  to see why")
-            if line.startswith("{"):  # torch's tests may print (a failed backward...)
+            if line.startswith("{"):  # an op or a test may print too
                 return json.loads(line)
 
     def run(self, keys: list[str]) -> dict[str, Any]:
@@ -236,6 +238,10 @@ def compare(keys: list[str], chunk: int = 25, progress: bool = True) -> dict[str
     return totals
 
 
+def _rate(t: dict) -> float:
+    return t["cases"] / max(t["seconds"], 1e-9)
+
+
 def _outcomes(per_op: dict[str, dict]) -> dict[str, int]:
     counts = {"pass": 0, "fail": 0, "skip": 0}
     for r in per_op.values():
@@ -251,16 +257,18 @@ def report(keys: list[str], totals: dict[str, dict]) -> None:
         n = _outcomes(t["per_op"])
         run = n["pass"] + n["fail"]
         print(f"{name:<26}{run:>12}{n['pass']:>8}{t['cases']:>8}{t['seconds']:>9.1f}"
-              f"{t['cases'] / max(t['seconds'], 1e-9):>9.1f}")
+              f"{_rate(t):>9.1f}")
     fastest = min(TORCH_MODES.values(), key=lambda name: totals[name]["seconds"])
     o, f = totals[OURS], totals[fastest]
     print(f"ours / faster torch harness ({fastest}): {o['seconds'] / f['seconds']:.2f}x the "
-          f"time, {(o['cases'] / o['seconds']) / (f['cases'] / f['seconds']):.2f}x the cases/s, "
+          f"time, {_rate(o) / max(_rate(f), 1e-9):.2f}x the cases/s, "
           f"{o['cases'] / max(f['cases'], 1):.2f}x the cases")
-    print("OpInfos run: torch tests float32 OpInfos only, and not one op_db skips for it; "
-          "ours skips those without a usable sample")
-    print(f"torch's case: {CHECKS['torch']}")
-    print(f"our case: {CHECKS['ours']}")
+    for name, t in totals.items():
+        top = sorted(t["per_op"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
+        share = ", ".join(f"{k} {r['seconds'] / max(t['seconds'], 1e-9):.0%}" for k, r in top)
+        print(f"  heaviest for {name}: {share}")
+    for line in NOTES:
+        print(textwrap.fill(line, 100, subsequent_indent="  "))
 
 
 def _torch_version() -> str:

@@ -11,8 +11,8 @@ torch, so the test body is restated here, on the installed harness classes):
 - every sample (``requires_grad=True``), every product of Replicate / even Shard placements of
   its tensor arguments that ``DTensorConverter`` yields, on a 1-D mesh of 4 ranks: the op on
   DTensors, ``full_tensor()`` of each output compared with the plain result
-  (``assertEqual``); a backward of ``to_local().sum()`` of the first output is run, a failure
-  of it printed and not counted (torch's TODO); an output with no element is not compared;
+  (``assertEqual``): forward only (the file's backward step meets gathered plain tensors and
+  never runs); a result with an empty tensor is not compared;
 - the first case that fails ends its OpInfo's test (torch lists such OpInfos as xfail).
 
 ``threaded``: ``DTensorOpTestBase``, a ``MultiThreadedTestCase``: per test, 4 threads on
@@ -42,8 +42,9 @@ from typing import Any
 WORLD = 4  # test_dtensor_ops.py's OP_DB_WORLD_SIZE
 MODES = ("threaded", "local")
 
-# what each OpInfo's test body did: key -> {"cases": n, "samples": n}; in the threaded mode
-# every rank runs the body, rank 0 records (its outcome is the test's, from unittest)
+# what each OpInfo's test did: key -> {"cases": n, "samples": n, "seconds": s}; in the
+# threaded mode every rank runs the body, rank 0 counts (the outcome is the test's, from
+# unittest)
 RECORD: dict[str, dict[str, Any]] = {}
 
 
@@ -59,9 +60,6 @@ def _body(base: type) -> type:
     from torch.overrides import resolve_name
     from torch.testing._internal.distributed._tensor.common_dtensor import DTensorConverter
     from torch.utils import _pytree as pytree
-
-    no_backward = {None, "torch.bucketize", "torch.conj_physical", "torch.eq",
-                   "torch.isfinite", "torch.isnan"}  # torch's skip_bw
 
     class Body(base):  # type: ignore[misc, valid-type]
         def records(self) -> bool:
@@ -99,14 +97,9 @@ def _body(base: type) -> type:
                         continue
                     out = cat_split(pytree.tree_map(
                         lambda t: t.full_tensor() if isinstance(t, DTensor) else t, out))
-                    if name not in no_backward:
-                        first = out if isinstance(out, DTensor) else (
-                            out[0] if isinstance(out, tuple) else None)
-                        try:
-                            if isinstance(first, DTensor):
-                                first.to_local().sum().backward()
-                        except Exception:  # noqa: BLE001 - torch prints it and goes on
-                            pass
+                    # torch's file would now run a backward of ``to_local().sum()`` of a
+                    # DTensor result, but ``out`` holds the gathered plain tensors by then: it
+                    # never runs (on a tuple its AttributeError is printed and passed over)
                     self.compare(out, expected)
 
         def compare(self, out: Any, expected: Any) -> None:
@@ -195,16 +188,35 @@ def test_class(mode: str, ops: list) -> type:
     return scope[f"{name}CPU"]
 
 
+class _Timed(unittest.TestResult):
+    """A quiet result that also keeps each test's wall seconds (setUp to tearDown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: dict[str, float] = {}
+        self._t0 = 0.0
+
+    def startTest(self, test: unittest.TestCase) -> None:
+        super().startTest(test)
+        self._t0 = time.perf_counter()
+
+    def stopTest(self, test: unittest.TestCase) -> None:
+        self.seconds[test._testMethodName] = time.perf_counter() - self._t0
+        super().stopTest(test)
+
+
 def run_tests(mode: str, ops: list) -> tuple[float, dict[str, str]]:
     """Run ``mode``'s tests of ``ops``, quietly: the wall seconds they took and each OpInfo's
     outcome (pass, fail, or skip where op_db skips it here; no test without float32)."""
     suite = unittest.TestLoader().loadTestsFromTestCase(test_class(mode, ops))
     by_test = {f"test_dtensor_op_db_{op.formatted_name}_cpu_float32": _key(op) for op in ops}
     outcomes = {by_test[t._testMethodName]: "pass" for t in suite}  # (a suite drops its run tests)
-    result = unittest.TestResult()
+    result = _Timed()
     t0 = time.perf_counter()
     suite.run(result)
     seconds = time.perf_counter() - t0
+    for name, secs in result.seconds.items():
+        RECORD.setdefault(by_test[name], {"cases": 0, "samples": 0})["seconds"] = secs
     for kind, found in (("fail", result.failures + result.errors + result.expectedFailures),
                         ("skip", result.skipped)):
         for t, _ in found:
@@ -233,7 +245,7 @@ def measure(mode: str, by_key: dict[str, Any], keys: list[str]) -> dict[str, Any
     simpg or dtensor this process has imported (none, ever)."""
     RECORD.clear()
     seconds, outcomes = run_tests(mode, [by_key[k] for k in keys])
-    per_op = {k: {"outcome": o, **RECORD.get(k, {"cases": 0, "samples": 0})}
+    per_op = {k: {"outcome": o, "cases": 0, "samples": 0, "seconds": 0.0, **RECORD.get(k, {})}
               for k, o in outcomes.items()}
     return {"mode": mode, "seconds": seconds, "cases": sum(r["cases"] for r in per_op.values()),
             "per_op": per_op, "imported": sorted(m for m in ("simpg", "dtensor")
