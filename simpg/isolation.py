@@ -16,7 +16,8 @@ one process, so three kinds of state would leak between ranks:
    (Note [one rank runs at a time]), each rank's values are saved when it gives the CPU away
    and restored when it takes it back, as torch's CPU RNG state is. A rank starts with the
    caller's values, as a process forked from the caller would, and the caller gets its own
-   back when the world ends. Two kinds of value (Note [values and objects]).
+   back when the world ends. Values, tables and objects each need their own way of being
+   made per rank (Note [values and objects]).
 
 The limits, where simpg cannot give each rank its own copy:
 - state simpg does not know of (another library's module globals, a C++ global that torch
@@ -25,6 +26,10 @@ The limits, where simpg cannot give each rank its own copy:
   the other ranks start from the importing rank's values when it first gives the CPU away.
   If it changed one by then (entered ``loss_parallel`` before its first collective),
   ``simpg.run`` warns (``IsolationWarning``). Import torch.distributed.tensor first;
+- a rank's copy of an object switch (the DTensor RNG tracker) is one level deep: its
+  containers and tensors are copied, what they point to further (a mesh, a group) is shared;
+- worlds run side by side (``simpg.run`` from two threads): a caller's snapshot reads the
+  values in force, which may be those of the other world's rank that ran last;
 - code that runs without the CPU sees whichever rank's values are current: threads a rank
   starts itself (they run beside the ranks, not in turn), and ranks unwinding after the world
   failed (the world's result is the failure then).
