@@ -21,7 +21,7 @@ OpInfos are taken evenly from op_db (``--ops N``, or ``--ops all``) and run in c
 chunk by the three harnesses in turn (rotating who goes first), so that a change in the
 machine's load falls on all three alike. Each harness warms up on ``add`` before the clock.
 
-    .venv/bin/python benchmarks/bench_opdb.py [--ops 12 | --ops all] [--chunk 25]
+    .venv/bin/python benchmarks/bench_opdb.py [--ops 12 | --ops all] [--chunk 25] [--json F]
 """
 
 from __future__ import annotations
@@ -102,7 +102,6 @@ class DefaultTier:
 
         torch.set_num_threads(1)
         self.test_opdb = test_opdb
-        self.record: dict[str, dict[str, Any]] = {}
         self.cases = 0
         self.run(["add"])  # untimed: lazy imports, first dispatch, first worlds
         from opdb_tests.cases import samples
@@ -284,6 +283,8 @@ def main() -> None:
                     help="how many OpInfos, taken evenly from op_db, or 'all' (default 12)")
     ap.add_argument("--chunk", type=int, default=25,
                     help="OpInfos per turn of each harness (default 25)")
+    ap.add_argument("--json", metavar="PATH",
+                    help="also write every OpInfo's outcome, cases and seconds per harness")
     ap.add_argument("--write-readme", action="store_true",
                     help="also rewrite this benchmark's block of README.md")
     args = ap.parse_args()
@@ -291,6 +292,9 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     keys = _keys(None if args.ops == "all" else int(args.ops))
     totals = compare(keys, max(1, min(args.chunk, -(-len(keys) // 3))))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"keys": keys, "harnesses": totals}, f, indent=1)
     with readme_figures.tee() as out:
         report(keys, totals)
     if args.write_readme:  # a text table: fenced, so that markdown keeps its columns
