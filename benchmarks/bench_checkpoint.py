@@ -16,7 +16,10 @@ DTensors; torch: ``torch.distributed.checkpoint.save``/``load`` (FileSystemWrite
 defaults) on torch's DTensors with the same pieces.
 
 Figures: seconds from a barrier before to a barrier after, on rank 0 (ranks take turns on
-one core: the world's time, not one rank's); the median of ``--repeat`` runs. Throughput =
+the cores: the world's time, not one rank's). ``--repeat`` rounds, each a save and a load
+with both libraries in turn (who goes first alternates), so both see the same machine; the
+table gives medians and, for the times, every round's range and the range over rounds of
+torch's time / ours (the throughput ratio, round by round). Throughput =
 state bytes / seconds (the save writes each element once; the target layout holds each
 element once). Bytes read = the growth of this process's ``rchar`` (/proc/self/io) over the
 load, all ranks together, for both libraries alike (ours also counts its own: the "ours,
@@ -79,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dim", type=int, help="model dim (default 1024; 64 quick)")
     p.add_argument("--layers", type=int, help="layers (default 4; 1 quick)")
-    p.add_argument("--repeat", type=int, help="runs per figure, median (default 3; 1 quick)")
+    p.add_argument("--repeat", type=int, help="rounds (default 3; 1 quick)")
     p.add_argument("--chunk-kib", type=int, help="our chunk size (default: the library's)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run")
     p.add_argument("--write-readme", action="store_true",
@@ -209,53 +212,77 @@ def rank_load(lib: str, state: dict, path: str) -> tuple[float, int, int, bool]:
     return seconds, read, counted, ok
 
 
-def run_side(lib: str, args: argparse.Namespace, state: dict, tmp: str) -> Side:
+def run_round(side: Side, args: argparse.Namespace, state: dict, tmp: str, i: int) -> None:
+    """One save and one load of ``side``'s library, appended to its figures."""
     import simpg
     from simpg.testing import torch_meshes_per_rank
 
-    side = Side(lib)
-    world = math.prod(SOURCE_MESH)
+    lib, world = side.lib, math.prod(SOURCE_MESH)
     chunk = args.chunk_kib * 1024 if args.chunk_kib else None
-    for i in range(args.repeat):
-        path = os.path.join(tmp, f"{lib}-{i}")
-        with torch_meshes_per_rank():
-            side.save_s.append(simpg.run(rank_save, world, lib, state, path, chunk,
-                                         timeout=600)[0])
-            loads = simpg.run(rank_load, world, lib, state, path, timeout=600)
-        side.load_s.append(loads[0][0])
-        side.read = loads[0][1]
-        side.self_counted = sum(r[2] for r in loads)
-        side.correct = side.correct and all(r[3] for r in loads)
-        where = os.path.realpath(path)
-        names = os.listdir(where)
-        side.files = len(names)
-        side.written = sum(os.path.getsize(os.path.join(where, n)) for n in names)
-    return side
+    path = os.path.join(tmp, f"{lib}-{i}")
+    with torch_meshes_per_rank():
+        side.save_s.append(simpg.run(rank_save, world, lib, state, path, chunk,
+                                     timeout=600)[0])
+        loads = simpg.run(rank_load, world, lib, state, path, timeout=600)
+    side.load_s.append(loads[0][0])
+    side.read = loads[0][1]
+    side.self_counted = sum(r[2] for r in loads)
+    side.correct = side.correct and all(r[3] for r in loads)
+    where = os.path.realpath(path)
+    names = os.listdir(where)
+    side.files = len(names)
+    side.written = sum(os.path.getsize(os.path.join(where, n)) for n in names)
 
 
 def compare(args: argparse.Namespace) -> tuple[dict[str, Side], int]:
+    """Every figure of both libraries, measured in rounds: each round saves and loads with
+    both, in turns (ours first in even rounds, torch's first in odd ones), so that both see
+    the same machine (a shared host's load drifts over minutes)."""
     state = global_state(args)
+    sides = {lib: Side(lib) for lib in LIBS}
     with tempfile.TemporaryDirectory(prefix="bench_checkpoint_") as tmp:
-        sides = {lib: run_side(lib, args, state, tmp) for lib in LIBS}
+        for i in range(args.repeat):
+            for lib in (LIBS if i % 2 == 0 else LIBS[::-1]):
+                run_round(sides[lib], args, state, tmp, i)
     return sides, state_bytes(state) + 4
 
 
-def rows(sides: dict[str, Side], nbytes: int) -> list[tuple[str, Any, Any]]:
-    """(figure, ours, torch) rows of the table."""
+def _spread(xs: list[float]) -> str:
+    return f"{min(xs):.2f} to {max(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
+
+
+def rows(sides: dict[str, Side], nbytes: int) -> list[tuple[str, Any, Any, str]]:
+    """(figure, ours, torch, ours / torch) rows of the table; the per-round rows pair the
+    two libraries' runs of one round."""
     def figs(s: Side) -> dict[str, Any]:
         return {
             "save throughput (GB/s)": nbytes / statistics.median(s.save_s) / 1e9,
             "load throughput, 2x4 -> 8-way (GB/s)": nbytes / statistics.median(s.load_s) / 1e9,
             "save time (s, median)": statistics.median(s.save_s),
             "load time (s, median)": statistics.median(s.load_s),
+            "save time, each round (s)": _spread(s.save_s),
+            "load time, each round (s)": _spread(s.load_s),
             "bytes written": s.written,
             "files written": s.files,
             "bytes read by the load (rchar)": s.read,
             "bytes read / bytes the target holds": s.read / nbytes,
             "loaded bit-identical": "yes" if s.correct else "NO",
         }
+    ours, torch_ = sides["ours"], sides["torch"]
+    per_round = {  # throughput ratio = torch's time / ours, round by round
+        "save time, each round (s)": [t / o for o, t in zip(ours.save_s, torch_.save_s)],
+        "load time, each round (s)": [t / o for o, t in zip(ours.load_s, torch_.load_s)],
+    }
     got = {lib: figs(s) for lib, s in sides.items()}
-    return [(name, got["ours"][name], got["torch"][name]) for name in got["ours"]]
+    out = []
+    for name in got["ours"]:
+        o, t = got["ours"][name], got["torch"][name]
+        if name in per_round:
+            ratio = f"throughput {_spread(per_round[name])}"
+        else:
+            ratio = f"{o / t:.2f}" if not isinstance(o, str) and t else "-"
+        out.append((name, o, t, ratio))
+    return out
 
 
 def _fmt(x: Any) -> str:
@@ -274,11 +301,11 @@ def print_report(args: argparse.Namespace, sides: dict[str, Side], nbytes: int,
           f"(simpg), one process; temporary directory under {tempfile.gettempdir()}")
     print(f"state: {args.layers} layers of dim {args.dim}, parameters + AdamW exp_avg and "
           f"exp_avg_sq, fp32: {nbytes / 1e6:.1f} MB; saved from a 2x4 dp x tp mesh, loaded "
-          f"into 8-way [S(0)]; median of {args.repeat}")
+          f"into 8-way [S(0)]; {args.repeat} rounds, each saving and loading with both "
+          f"libraries in turn; medians, and each round's ratio")
     print("\n| figure | ours | torch DCP | ours / torch |")
     print("|---|---:|---:|---:|")
-    for name, o, t in rows(sides, nbytes):
-        ratio = f"{o / t:.2f}" if not isinstance(o, str) and t else "-"
+    for name, o, t, ratio in rows(sides, nbytes):
         print(f"| {name} | {_fmt(o)} | {_fmt(t)} | {ratio} |")
     print(f"\nours, self-counted bytes read (metadata, headers, chunks): "
           f"{sides['ours'].self_counted:,}")

@@ -26,7 +26,7 @@ def test_both_libraries_round_trip_and_every_row_is_reported(bench, capsys):
         assert side.written >= nbytes and side.files > 0 and side.read > 0, lib
     # ours counts what it reads; every byte it counts went through read(2)
     assert nbytes <= sides["ours"].self_counted <= sides["ours"].read
-    names = [name for name, _, _ in bench.rows(sides, nbytes)]
+    names = [name for name, _, _, _ in bench.rows(sides, nbytes)]
     assert names[:2] == ["save throughput (GB/s)", "load throughput, 2x4 -> 8-way (GB/s)"]
     bench.print_report(args, sides, nbytes, command="test")
     out = capsys.readouterr().out

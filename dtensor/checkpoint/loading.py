@@ -4,12 +4,22 @@ Each rank reads the metadata, works out the box each of its tensors holds in the
 layout, and reads only the chunks that intersect it (Note [chunks]), checking each chunk's
 crc32. No collective: ranks read independently, so a load works on any world size, one
 process without a process group included. Keys the target does not ask for are not read.
+
+Note [prefetch]
+A rank needs a few runs of adjacent chunks per source piece, and reads them one 128 KiB
+chunk at a time (each checked by its crc32 before it is used). From the page cache that costs
+little; from the device, small reads one after another leave it idle between requests: a
+save writes its files past the page cache (Note [direct writes] in writer.py), and a job
+resuming on another host finds nothing cached either. So before the first read, a load
+tells the kernel every run it will read (``posix_fadvise(WILLNEED)``: asynchronous
+readahead), and the chunk reads that follow find their bytes cached or on their way.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +35,7 @@ from dtensor.checkpoint.errors import (
 )
 from dtensor.checkpoint.pieces import chunk_name, grid, overlaps, relative, view_of
 from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
-from dtensor.checkpoint.tree import decode, fill
+from dtensor.checkpoint.tree import decode, fill, leaves
 from dtensor.layout import box_intersect, box_numel
 
 
@@ -88,6 +98,7 @@ def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> 
         _missing(body, key, where, f"the value {old!r:.40}")
 
     try:
+        reader.prefetch(_wanted(state, body))
         fill(state, load_tensor, load_value)
     finally:
         reader.close()
@@ -112,6 +123,31 @@ def _missing(body: dict, key: str, where: str, what: str) -> None:
     raise MissingKeyError(f"{where}: no {key!r} in the checkpoint (the target holds {what}); "
                           f"it has {len(body['tensors'])} tensors and {len(body['values'])} "
                           f"values", file=where, key=key)
+
+
+def _wanted(state: dict, body: dict) -> Iterator[tuple[str, str, str]]:
+    """(file, chunk name, key) of every chunk this rank's load will read, in read order
+    (Note [prefetch]); tensors that will not load (missing, mismatched) are left out."""
+    for key, kind, target in leaves(state):
+        entry = body["tensors"].get(key) if kind == "tensor" else None
+        if not isinstance(entry, dict) or list(target.shape) != entry.get("shape"):
+            continue
+        view, local = view_of(target, key)
+        if local is None or not view.holds_value():
+            continue
+        box = view.box()
+        for p, cbox, _ in _needed(entry, box):
+            yield p["file"], chunk_name(key, cbox), key
+
+
+def _needed(entry: dict, box: tuple) -> Iterator[tuple[dict, tuple, Any]]:
+    """(piece, chunk box, crc32) of the saved chunks that intersect ``box``."""
+    for p in entry["pieces"]:
+        pbox = tuple(tuple(b) for b in p["box"])
+        if overlaps(pbox, box):
+            for cbox, crc in zip(grid(pbox, p["chunk"]), p["crc32"]):
+                if overlaps(cbox, box):
+                    yield p, cbox, crc
 
 
 def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,

@@ -16,12 +16,9 @@ ranks in key order. Rank 0 checks that the boxes written tile every tensor exact
 
 from __future__ import annotations
 
-import itertools
 import os
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +29,9 @@ from dtensor.checkpoint import commit, metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
 from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, relative, view_of
-from dtensor.checkpoint.storage import crc32, dtype_name, fsync_dir, write_file
+from dtensor.checkpoint.storage import dtype_name, fsync_dir
 from dtensor.checkpoint.tree import flatten
+from dtensor.checkpoint.writer import write_chunks
 from dtensor.placements import Partial, Replicate, fmt_placements
 from dtensor.tensor import DTensor
 
@@ -160,14 +158,16 @@ def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: _Comm,
                 version: str, chunk_bytes: int) -> dict:
-    """Write this rank's pieces (Note [one writer]) as one file; return its manifest."""
+    """Write this rank's pieces (Note [one writer]) as one file, each chunk straight from the
+    local tensor (Note [one pass] in writer.py); return the file's manifest."""
     file = f"rank{comm.rank:05d}.safetensors"
-    plain = {k: i for i, k in enumerate(sorted(
-        k for k, t in tensors.items() if not view_of(t, k)[0].distributed))}
-    named: dict[str, torch.Tensor] = {}
+    views = {k: view_of(t, k) for k, t in tensors.items()}
+    plain = {k: i for i, k in enumerate(sorted(k for k, (v, _) in views.items()
+                                               if not v.distributed))}
+    chunks: list[tuple[str, torch.Tensor]] = []
     entries: dict[str, dict] = {}
-    for key, t in tensors.items():
-        view, local = view_of(t, key)
+    crc_lists: list[tuple[list, int, int]] = []  # (a piece's crc32 list, first chunk, count)
+    for key, (view, local) in views.items():
         if view.distributed and any(isinstance(p, Partial) for p in view.placements):
             raise CheckpointError(f"{key!r}: torch's DTensor with Partial placements "
                                   f"{view.placements}: reduce it before saving", key=key)
@@ -183,36 +183,17 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         local = local.detach()
         chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
         cboxes = grid(box, chunk)
-        copied = list(_pool().map(_copy_and_check, itertools.repeat(local),
-                                  [relative(c, box) for c in cboxes]))
-        for cbox, (piece, _) in zip(cboxes, copied):
-            named[chunk_name(key, cbox)] = piece
+        crcs: list[int] = []
+        crc_lists.append((crcs, len(chunks), len(cboxes)))
+        chunks.extend((chunk_name(key, c), local[relative(c, box)]) for c in cboxes)
         entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
-                                       "chunk": list(chunk),
-                                       "crc32": [crc for _, crc in copied]})
-    nbytes = write_file(os.path.join(version, file), named) if named else 0
-    return {"file": file if named else None, "bytes": nbytes, "tensors": entries}
-
-
-def _copy_and_check(local: torch.Tensor, where: tuple[slice, ...]) -> tuple[torch.Tensor, int]:
-    """A chunk as its own contiguous CPU tensor (safetensors takes no views of one storage)
-    and its crc32, taken while the copy is in cache."""
-    piece = local[where].to("cpu", copy=True, memory_format=torch.contiguous_format)
-    return piece, crc32(piece)
-
-
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    """Threads that copy and checksum chunks side by side (both release the GIL); one
-    executor for every save of the process (it is thread-safe), made on first use."""
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
-                                            thread_name_prefix="dtensor-checkpoint"))
-        return _POOL[0]
+                                       "chunk": list(chunk), "crc32": crcs})
+    nbytes = 0
+    if chunks:
+        nbytes, written = write_chunks(os.path.join(version, file), chunks)
+        for crcs, first, count in crc_lists:
+            crcs.extend(written[first:first + count])
+    return {"file": file if chunks else None, "bytes": nbytes, "tensors": entries}
 
 
 def _commit(path: str, version: str, manifests: list[dict], world_size: int) -> str:

@@ -1,7 +1,7 @@
-"""Tensor files: safetensors written through the ``safetensors`` package (an optional extra,
-imported when a save starts), read back by byte offsets without it: parse the 8-byte header
-length and the JSON header, then ``preadv`` exactly one chunk's bytes into a buffer,
-check its crc32 and view it as a tensor. Nothing read is ever unpickled.
+"""Tensor files, read: safetensors files (written by ``writer.py``) read by byte offsets:
+parse the 8-byte header length and the JSON header, then ``preadv`` exactly one chunk's
+bytes into a buffer, check its crc32 and view it as a tensor. Nothing read is ever
+unpickled.
 
 >>> dtype_from_name("bfloat16")
 torch.bfloat16
@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from dtensor.checkpoint.errors import (
+    CheckpointError,
     ChecksumError,
     CorruptCheckpointError,
     MissingFileError,
@@ -45,34 +47,6 @@ def dtype_from_name(name: str) -> torch.dtype:
     if not isinstance(value, torch.dtype):
         raise CorruptCheckpointError(f"dtype {name!r} in the metadata is not a torch dtype")
     return value
-
-
-def crc32(t: torch.Tensor) -> int:
-    """crc32 of a contiguous CPU tensor's bytes."""
-    return zlib.crc32(t.reshape(-1).view(torch.uint8).numpy())
-
-
-def _safetensors_save_file() -> Any:
-    try:
-        from safetensors.torch import save_file
-    except ImportError as e:
-        raise ModuleNotFoundError(
-            "dtensor.checkpoint.save writes safetensors files and needs the 'safetensors' "
-            "package: pip install safetensors (or the extra: pip install -e '.[checkpoint]'); "
-            "loading does not need it") from e
-    return save_file
-
-
-def write_file(path: str, tensors: dict[str, torch.Tensor]) -> int:
-    """Write ``tensors`` (contiguous, CPU, no shared storage) as one safetensors file and make
-    it durable (fsync) before returning its size in bytes."""
-    _safetensors_save_file()(tensors, path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
 
 
 def fsync_dir(path: str) -> None:
@@ -131,6 +105,37 @@ class Reader:
                                 f"{found:#010x}, expected {crc:#010x} as written: the file was "
                                 f"modified or damaged after the save", file=where, key=key)
         return torch.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def prefetch(self, wanted: Iterable[tuple[str, str, str]]) -> None:
+        """Start reading the chunks ``(file, name, key)`` that the reads to come will ask for:
+        one ``posix_fadvise(WILLNEED)`` per run of chunks adjacent in a file, all issued
+        before the first read, so the device works on large requests, several files at once,
+        while the reader checks and copies (Note [prefetch]). Only a hint: anything wrong
+        (a missing file, a bad header) is left to ``read``, which raises it in its order."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None:
+            return
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for file, name, key in wanted:
+            try:
+                f = self._open(file, key)
+            except CheckpointError:
+                continue
+            entry = f.header.get(name)
+            offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+            if isinstance(offsets, list) and len(offsets) == 2 \
+                    and all(isinstance(o, int) for o in offsets):
+                spans.setdefault(file, []).append((f.data_start + offsets[0],
+                                                   f.data_start + offsets[1]))
+        for file, runs in spans.items():
+            fd = self.files[file].fd
+            start, end = -1, -1
+            for a, b in sorted(runs) + [(-1, -1)]:
+                if a != end:  # not adjacent to the run so far: advise that run, start anew
+                    if end > start >= 0:
+                        advise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
+                    start = a
+                end = b
 
     def _open(self, file: str, key: str) -> _Open:
         f = self.files.get(file)
