@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 from simpg.backend import rank_context
+from simpg.class_world import ClassWorld
 from simpg.dtensor_lib import choose_library
 from simpg.errors import RankFailedError, SimpgError
 from simpg.runner import run
@@ -220,7 +221,9 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
     Class attributes: ``world_size`` (4), ``dtensor_lib`` (where ``build_device_mesh`` finds
     ``init_device_mesh``: ``"dtensor"``, ours, or ``"torch.distributed.tensor"``; unset, the
     library the test module imports, Note [choosing the DTensor library]), ``timeout``
-    (seconds a rank may run without yielding).
+    (seconds a rank may run without yielding), ``class_world`` (``True``: the methods of the
+    class share one world, rebuilt after a failing method: Note [a world kept between test
+    methods] in simpg/class_world.py).
 
     >>> import unittest, torch
     >>> from dtensor import Shard, distribute_tensor
@@ -236,6 +239,7 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
     MAIN_PROCESS_RANK: ClassVar[int] = -1
     dtensor_lib: ClassVar[str | None] = None  # None: the one the test module imports
     timeout: ClassVar[float] = 30.0
+    class_world: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -386,6 +390,13 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
         self.assertEqual(expected, [full(a) for a in actual])
 
     # -- running a method on the ranks ------------------------------------------------------
+    @classmethod
+    def tearDownClass(cls) -> None:
+        kept = _kept_worlds.pop(cls, None)
+        if kept is not None:
+            kept.close()
+        super().tearDownClass()
+
     def run(self, result: unittest.TestResult | None = None) -> unittest.TestResult:
         """torch's ``run`` (Note [torch assertEqual]), returning the result as unittest's does."""
         own = result is None
@@ -430,7 +441,10 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
             # warnings.catch_warnings inside the ranks (torch's @suppress_warnings) interleave
             # at collectives and restore each other's filters: the caller gets its own back
             with _torch_meshes_per_rank(), warnings.catch_warnings():
-                run(rank_body, self.world_size, timeout=self.timeout)
+                if self.class_world:
+                    _kept_world(self).run_on_ranks(rank_body)
+                else:
+                    run(rank_body, self.world_size, timeout=self.timeout)
         except BaseException as e:
             if not current.subtest_failures:
                 raise
@@ -472,6 +486,19 @@ def _thread_local_state(test: unittest.TestCase) -> Callable[[Any], None]:
             setattr(mine._tls, name, value)
 
     return hand_over
+
+
+_kept_worlds: dict[type, ClassWorld] = {}  # class_world: the class's world, until tearDownClass
+
+
+def _kept_world(test: DTensorTestBase) -> ClassWorld:
+    """The world ``test``'s class keeps (a new one after a failure or for another size)."""
+    kept = _kept_worlds.get(type(test))
+    if kept is None or kept.ended or kept.size != test.world_size:
+        if kept is not None:
+            kept.close()
+        kept = _kept_worlds[type(test)] = ClassWorld(test.world_size, test.timeout)
+    return kept
 
 
 class DTensorOpTestBase(DTensorTestBase):
