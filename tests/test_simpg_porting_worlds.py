@@ -24,6 +24,27 @@ from simpg.testing import DTensorTestBase, _kept_worlds
 FAST_S = 10.0
 
 
+class KeptUnderPytest(DTensorTestBase):
+    """Collected by pytest, which calls tearDownClass after the last method: one world."""
+
+    world_size = 2
+    class_world = True
+    worlds: list[object] = []
+
+    def record(self) -> None:
+        dist.barrier()
+        if self.rank == 0:
+            self.worlds.append(rank_context.get()[0])
+
+    test_1 = test_2 = record
+
+    def test_3_all_in_one_world(self):
+        self.record()
+        if self.rank == 0:
+            self.assertEqual(len({id(w) for w in self.worlds}), 1)
+            self.assertIn(len(self.worlds), (1, 3))  # 1: run alone (pytest -k)
+
+
 def _run(cls: type, *names: str) -> unittest.TestResult:
     """The methods in order, then the class's tearDownClass, as unittest runs a class."""
     result = unittest.TestResult()
