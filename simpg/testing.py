@@ -9,7 +9,8 @@ with the default process group initialised, ``self.rank`` is the calling rank,
 whole grid, reporting every failing combination with its rank. The bases are torch's
 ``TestCase`` too, so torch's ``run_tests()`` runs a ported file, and torch's op-database
 classes (``instantiate_device_type_tests``, ``@ops``, ``precisionOverride``) run on the ranks
-(Note [device-type tests on simulated ranks]).
+(Notes [torch assertEqual] and [device-type tests on simulated ranks] in
+simpg/torch_testcase.py).
 
 >>> import io, unittest, torch, torch.distributed as dist
 >>> from simpg.testing import DTensorTestBase, with_comms
@@ -52,6 +53,7 @@ from simpg.dtensor_lib import choose_library
 from simpg.errors import RankFailedError, SimpgError
 from simpg.runner import run
 from simpg.subtests import SubtestsFailed, _label, run_subtests
+from simpg.torch_testcase import base_on_torch_test_case, thread_local_state
 
 __all__ = [
     "DEVICE_TYPE",
@@ -70,7 +72,7 @@ DEVICE_TYPE = "cpu"
 SEED = 1234  # torch's common_utils.SEED: every rank starts its test from this seed
 
 F = TypeVar("F", bound=Callable[..., Any])
-_defining_bases = True  # until this module's own classes are defined (Note [torch assertEqual])
+_defining_bases = True  # until this module's classes are defined (Note [torch assertEqual])
 
 
 # -- failures seen during one test method --------------------------------------------------------
@@ -210,7 +212,9 @@ def _unwrap_dtensors(x: Any, y: Any) -> tuple[Any, Any]:
     return x, y
 
 
-class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch assertEqual]
+# torch's TestCase once a test class derives from it: Note [torch assertEqual] in
+# simpg/torch_testcase.py
+class DTensorTestBase(unittest.TestCase):
     """torch's ``DTensorTestBase`` on simpg: each test method runs on every simulated rank.
 
     Each rank runs the method on its own shallow copy of the test instance (as each process
@@ -244,7 +248,7 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not _defining_bases:
-            _base_on_torch_test_case()
+            base_on_torch_test_case(DTensorTestBase)
 
     def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
         if methodName != "runTest":  # torch's order of names, and unittest's keyword
@@ -422,7 +426,7 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
             raise RuntimeError(f"{self.id()} was called on a simulated rank; a test method runs "
                                "its own world and must be called from outside one")
         current = _TestRun(self.id(), self.world_size)
-        hand_over = _thread_local_state(self)
+        hand_over = thread_local_state(self)
         if self.dtensor_lib is None:  # this test's choice, readable as self.dtensor_lib
             self.dtensor_lib = choose_library(test, type(self)).lib  # type: ignore[misc]
 
@@ -455,37 +459,6 @@ class DTensorTestBase(unittest.TestCase):  # torch's TestCase: Note [torch asser
             raise
         finally:
             _reset_torch_rng_tracker()
-
-
-# Note [device-type tests on simulated ranks]
-# torch's instantiate_device_type_tests makes TestXCPU(CPUTestBase, TestX): its test methods
-# (``instantiated_test``) set ``self.precision`` / ``self.rel_tol`` from ``precisionOverride`` /
-# ``toleranceOverride`` and restore them after, and DeviceTypeTestBase keeps both in a
-# class-level ``threading.local`` (``_tls``) whose attributes exist only on the thread that
-# imported the module. torch's MultiThreadedTestCase gives each rank thread an instance with a
-# fresh ``_tls`` holding TestCase's defaults; we do the same on each rank's copy of the test,
-# with the caller's values (its setUp may have set them): the override then applies per rank,
-# and torch's assertEqual, reading ``self.precision``, honors it on every rank.
-
-
-def _thread_local_state(test: unittest.TestCase) -> Callable[[Any], None]:
-    """What each rank's copy of ``test`` needs of the caller's thread-local state (Note
-    [device-type tests on simulated ranks]): a function that gives it to one copy."""
-    tls = getattr(type(test), "_tls", None)
-    if not isinstance(tls, threading.local):
-        return lambda mine: None
-    from torch.testing._internal.common_utils import TestCase  # imported with _tls's module
-
-    # TestCase's defaults where the calling thread never set them (it did not import torch)
-    values = {name: getattr(tls, name, getattr(TestCase, "_" + name))
-              for name in ("precision", "rel_tol")}
-
-    def hand_over(mine: Any) -> None:
-        mine._tls = threading.local()
-        for name, value in values.items():
-            setattr(mine._tls, name, value)
-
-    return hand_over
 
 
 _kept_worlds: dict[type, ClassWorld] = {}  # class_world: the class's world, until tearDownClass
@@ -521,29 +494,6 @@ class _RankSubtest:
         if isinstance(error, Exception) and not isinstance(error, RankFailedError):
             error.add_note(f"[simpg.testing] in subTest({self.label}) on rank {self.rank}")
         return False
-
-
-# Note [torch assertEqual]: tests written for torch's base compare tensors, lists and numbers
-# with torch's assertEqual, and torch's run_tests() refuses a class that is not torch's
-# TestCase, so the bases subclass it. What that brings is what torch's own DTensor bases
-# (MultiProcessTestCase, MultiThreadedTestCase) bring, the same verdicts included: setUp seeds
-# the RNGs, honors torch's disabled- and slow-test lists and checks that the test did not leak
-# a torch function mode; run() imports torch._dynamo (about 2 s, once per process).
-# But importing torch's common_utils has process-wide effects that ``import simpg`` (which
-# imports this module) must not have: it disables setting torch.backends flags outside their
-# flags() contexts, patches TorchScript's call, loads its own hypothesis profile, and takes
-# about 0.5 s. So the classes are defined on unittest's TestCase and put on torch's (their
-# ``__bases__`` replaced, which re-derives every subclass's MRO) when the first test class is
-# derived from them: by then the test's own module is being imported, and it is a torch-style
-# test file.
-
-
-def _base_on_torch_test_case() -> None:
-    """Put ``DTensorTestBase`` on torch's ``TestCase`` (Note [torch assertEqual]); idempotent."""
-    from torch.testing._internal.common_utils import TestCase
-
-    if not issubclass(DTensorTestBase, TestCase):
-        DTensorTestBase.__bases__ = (TestCase,)
 
 
 # -- decorators ------------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ torch's ``test/distributed/tensor/test_dtensor_ops.py`` runs every OpInfo of ``o
 the gathered result with the plain one. This file is written the same way, for a handful of
 ops, with ``DTensorOpTestBase`` imported from ``simpg.testing`` instead of
 ``torch.testing._internal.distributed._tensor.common_dtensor``: the device-type classes run on
-4 simulated ranks (Note [device-type tests on simulated ranks] in simpg/testing.py). Unlike
-torch's file it keeps op_db's own sample sizes (uneven shards) and compares on every rank (each
-simulated rank has its own RNG, so all ranks draw the same samples). The functions at the end
-check the verdicts torch's multithreaded base gives: ``precisionOverride`` per rank, expected
-failures, skips.
+4 simulated ranks (Note [device-type tests on simulated ranks] in simpg/torch_testcase.py).
+Unlike torch's file it keeps op_db's own sample sizes (uneven shards) and compares on every
+rank (each simulated rank has its own RNG, so all ranks draw the same samples). The functions
+at the end check the verdicts torch's multithreaded base gives: ``precisionOverride`` per
+rank, expected failures, skips.
 """
 
 from __future__ import annotations
