@@ -3,8 +3,8 @@
 Note [a world kept between test methods]
 torch's continuous test base (``MultiProcContinuousTest``) starts its ranks once per class
 and runs every test method on them, because starting processes and NCCL costs seconds. A
-simpg world costs milliseconds (a thread and an ``init_process_group`` per rank), but a
-class of many tiny methods still spends most of its time there: see the figures in
+simpg world costs milliseconds (a thread and an ``init_process_group`` per rank), yet for a
+class of many tiny methods that is about a third of the time: see the figures in
 tests/test_simpg_porting_worlds.py's docstring.
 
 A ``ClassWorld`` is one ``simpg.run`` on a host thread whose ranks run test methods as the
@@ -13,7 +13,7 @@ counts as not joined (``Status.ABSENT``), so the world is neither deadlocked nor
 while the caller does unittest's bookkeeping, and other worlds can run meanwhile. A rank that
 ends a method waits (``_MethodEnd``, not a collective) until every rank has ended it, then
 parks: a rank still in a collective of the method shows up as a deadlock, as in a world of
-its own, with the others "at the end of the test method". A method that raises
+its own, the others shown "waiting in the end of its test method". A method that raises
 anywhere ends the world the way ``simpg.run`` ends one (the error, with its rank, is the
 method's); so does a method that destroys the default group (simpg's ranks leave the world
 then), after it passes. The next method gets a new world. What a method leaves behind stays
