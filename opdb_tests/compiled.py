@@ -130,7 +130,7 @@ def compiled_op(eager: Callable[..., Any], backend: Any, dynamic: bool) -> Calla
             inner = root_error(ex)
             if inner is ex:
                 raise
-            raise inner.with_traceback(inner.__traceback__) from ex
+            raise inner from ex
 
     return op
 

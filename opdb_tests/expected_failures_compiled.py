@@ -2,45 +2,170 @@
 ``.venv/bin/python -m opdb_tests.compiled --update-expected``: every reason is today's.
 
 EXPECTED: per (OpInfo variant, tier), each kind of failure -> the first failing
-case's reason; strict both ways (expectations.judge). Tiers: compiled, compiled_backward, dynamic.
-SWEPT: the variants whose verdicts are recorded here, with the seconds their
-compiled tiers took (compiles included, aot_eager, one process): the slow tier
-runs exactly these. Variants not swept yet have no verdict (see compiled.py).
+case's reason; strict both ways (expectations.judge). Tiers: compiled, compiled_backward, resized, dynamic.
+SWEPT: the variants whose verdicts are recorded here, each with the wall seconds
+its three tiers took in the sweep that wrote it (compiles included, aot_eager;
+indicative only: worker processes on shared cores). The slow tier runs exactly
+these; variants not swept yet have no verdict.
 """
 
 SWEPT: dict[str, float] = {
-    'abs': 28.1,
-    'add': 7.1,
-    'exponential': 5.8,
-    'mul': 10.2,
-    'sub': 12.5,
-    'dot': 32.7,
-    'addcdiv': 51.6,
-    'broadcast_to': 31.9,
-    'cartesian_prod': 11.1,
-    'clone': 13.4,
-    'exp': 14.3,
-    'nn.functional.relu': 6.7,
-    'mm': 25.9,
-    'neg': 24.6,
-    'view': 30.1,
-    'cat': 23.1,
-    'where': 27.5,
-    't': 10.7,
-    'mean': 6.7,
-    'sum': 9.6,
+    'abs': 42.1,
+    'acos': 13.9,
+    'acosh': 11.8,
+    'add': 17.9,
+    'item': 2.6,
+    'cauchy': 4.5,
+    'exponential': 5.3,
+    'geometric': 4.2,
+    'log_normal': 1.8,
+    'normal.in_place': 2.2,
+    'mul': 15.8,
+    'sub': 18.5,
+    'dot': 30.9,
+    'addcdiv': 46.7,
+    'broadcast_to': 36.7,
+    'cartesian_prod': 6.8,
+    'chunk': 45.5,
+    'clone': 19.5,
+    'conj': 36.1,
+    'copysign': 21.7,
+    'cumsum': 30.6,
+    'div.trunc_rounding': 16.2,
+    'exp': 22.1,
+    'expand_copy': 33.9,
+    'alias_copy': 23.5,
+    'stft': 94.0,
+    'floor_divide': 9.3,
+    'imag': 18.7,
+    'log': 28.9,
+    'lt': 14.7,
+    'masked_select': 8.9,
+    'var_mean': 19.3,
+    'min.reduction_no_dim': 27.6,
+    'minimum': 9.8,
+    'heaviside': 7.6,
+    'nn.functional.softmin': 14.8,
+    'nn.functional.normalize': 31.0,
+    'native_layer_norm': 35.5,
+    'nn.functional.adaptive_avg_pool3d': 29.2,
+    'nn.functional.binary_cross_entropy_with_logits': 23.7,
+    'nn.functional.relu': 16.1,
+    'nn.functional.conv3d': 29.8,
+    'nn.functional.pad.constant': 8.9,
+    'nn.functional.unfold': 13.1,
+    'nn.functional.interpolate.area': 16.5,
+    'nn.functional.multilabel_margin_loss': 27.2,
+    'nn.functional.max_pool1d': 19.2,
+    'nn.functional.max_unpool2d.grad': 22.1,
+    'nn.functional.prelu': 16.7,
+    'torch.ops.aten._safe_softmax.default': 15.3,
+    'nn.functional.softsign': 23.0,
+    'topk': 34.9,
+    'nn.functional.hardshrink': 25.7,
+    'mm': 35.8,
+    'mvlgamma.mvlgamma_p_3': 21.4,
+    'neg': 37.0,
+    'dist': 45.7,
+    'float_power': 16.7,
+    'round.decimals_0': 17.9,
+    'sgn': 10.0,
+    '__radd__': 3.7,
+    '__rmod__': 14.0,
+    'slice_scatter': 30.1,
+    'vsplit': 31.5,
+    'reciprocal': 7.9,
+    'isinf': 5.0,
+    'svd': 20.2,
+    'polygamma.polygamma_n_3': 19.7,
+    'view': 46.1,
+    'view_as': 32.3,
+    'column_stack': 23.0,
+    'index_reduce.mean': 26.0,
+    'index_put': 32.8,
+    'scatter': 30.8,
+    'half': 7.5,
+    'zeros_like': 4.6,
+    'new_zeros': 7.5,
+    'scatter_add': 25.0,
+    'histc': 3.4,
+    'cat': 22.9,
+    'unbind_copy': 16.1,
+    'renorm': 14.5,
+    'resize_as_': 2.9,
+    'unsqueeze': 9.1,
+    'transpose_copy': 8.9,
+    'kron': 14.9,
+    'digamma': 6.9,
+    'logdet': 7.8,
+    'where': 30.7,
+    'jiterator_unary': 0.1,
+    'norm.nuc': 13.1,
+    't': 13.7,
+    'nn.functional.dropout2d': 3.9,
+    'nn.functional.embedding_bag': 4.6,
+    'grid_sampler_3d': 15.3,
+    'argmin': 3.5,
+    'mean': 9.4,
+    'var.unbiased': 10.3,
+    'sum': 11.4,
+    'nn.functional.cosine_embedding_loss': 20.6,
+    'argsort': 5.4,
+    'diagflat': 3.5,
+    '_segment_reduce.lengths': 2.9,
+    'fft.hfftn': 13.4,
+    'fft.ihfft': 9.5,
+    'fft.fftshift': 11.7,
+    'linalg.vecdot': 9.7,
+    'linalg.ldl_factor': 9.7,
+    'linalg.multi_dot': 13.7,
+    'linalg.vector_norm': 3.6,
+    'linalg.solve': 12.6,
+    'linalg.pinv.singular': 14.5,
+    'special.i1': 5.9,
+    'special.ndtri': 14.2,
+    'special.bessel_y0': 7.3,
+    'special.hermite_polynomial_he': 6.3,
+    'special.scaled_modified_bessel_k0': 7.0,
+    'special.spherical_bessel_j0': 6.8,
+    'masked.argmax': 6.8,
+    'masked.softmax': 16.3,
 }
 
 EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     # -- DynamicShapeError outside dispatch
+    ('__radd__', 'dynamic'): {
+        'DynamicShapeError outside dispatch': '__radd__[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('__rmod__', 'dynamic'): {
+        'DynamicShapeError outside dispatch': '__rmod__[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('_segment_reduce.lengths', 'dynamic'): {
+        'DynamicShapeError outside dispatch': '_segment_reduce.lengths[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('abs', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'abs[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('acos', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'acos[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('acosh', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'acosh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('add', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'add[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('addcdiv', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'addcdiv[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('alias_copy', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'alias_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('argmin', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'argmin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('argsort', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'argsort[R]@mesh(2): DynamicShapeError: a DTensor ([R] (8000,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('broadcast_to', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'broadcast_to[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -51,8 +176,35 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('cat', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cat[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s35, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('chunk', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'chunk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('clone', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'clone[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('column_stack', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'column_stack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2, 1) torch.float32) was traced with symbolic sizes (s35, s16, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('conj', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'conj[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('copysign', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'copysign[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cumsum', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cumsum[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diagflat', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diagflat[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('digamma', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'digamma[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('dist', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'dist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('div.trunc_rounding', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'div.trunc_rounding[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('dot', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'dot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -60,8 +212,77 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('exp', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'exp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('expand_copy', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'expand_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('fft.fftshift', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fft.fftshift[R]@mesh(2): DynamicShapeError: a DTensor ([R] (9, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('fft.hfftn', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fft.hfftn[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 6, 7) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('fft.ihfft', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fft.ihfft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 6, 7) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('float_power', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'float_power[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('floor_divide', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'floor_divide[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('grid_sampler_3d', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'grid_sampler_3d[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 1, 2, 2, 2) torch.float32) was traced with symbolic sizes (1, 1, s69, s87, s35): dtensor supports static shapes only; compile with torch.compile(..., dy',
+    },
+    ('half', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'half[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('heaviside', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'heaviside[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('imag', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'imag[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.complex128) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('index_put', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'index_put[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('isinf', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'isinf[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('kron', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'kron[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('linalg.ldl_factor', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'linalg.ldl_factor[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('linalg.multi_dot', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'linalg.multi_dot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2) torch.float32) was traced with symbolic sizes (1, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('linalg.pinv.singular', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'linalg.pinv.singular[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 0) torch.float32) was traced with symbolic sizes (s6, 0): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('linalg.solve', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'linalg.solve[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('log', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'log[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('lt', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'lt[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('masked.softmax', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'masked.softmax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('masked_select', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'masked_select[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('mean', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('min.reduction_no_dim', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'min.reduction_no_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
+    },
+    ('minimum', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'minimum[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('mm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -69,11 +290,113 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('mul', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mul[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('mvlgamma.mvlgamma_p_3', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'mvlgamma.mvlgamma_p_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('native_layer_norm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'native_layer_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fals',
+    },
     ('neg', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'neg[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('new_zeros', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'new_zeros[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nn.functional.adaptive_avg_pool3d', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_avg_pool3d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 8, 8, 8, 8) torch.float32) was traced with symbolic sizes (0, s50, s69, s87, s35): dtensor supports static shapes only; compile with tor',
+    },
+    ('nn.functional.conv3d', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.conv3d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 1, 4, 4, 4) torch.float32) was traced with symbolic sizes (1, 1, s69, s87, s35): dtensor supports static shapes only; compile with torch.compile(',
+    },
+    ('nn.functional.cosine_embedding_loss', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.cosine_embedding_loss[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., ',
+    },
+    ('nn.functional.embedding_bag', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.embedding_bag[R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int64) was traced with symbolic sizes (s6,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nn.functional.hardshrink', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.hardshrink[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nn.functional.interpolate.area', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.area[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., d',
+    },
+    ('nn.functional.max_pool1d', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.max_pool1d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
+    },
+    ('nn.functional.max_unpool2d.grad', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.max_unpool2d.grad[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 1, 2) torch.float32) was traced with symbolic sizes (1, s50, 1, s87): dtensor supports static shapes only; compile with torch.compile',
+    },
+    ('nn.functional.multilabel_margin_loss', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.multilabel_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
+    },
+    ('nn.functional.normalize', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.normalize[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 1, 4, 5) torch.float32) was traced with symbolic sizes (s33, 1, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., dy',
+    },
+    ('nn.functional.pad.constant', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.pad.constant[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
+    },
+    ('nn.functional.prelu', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.prelu[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('nn.functional.relu', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.relu[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nn.functional.softmin', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.softmin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nn.functional.softsign', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.softsign[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nn.functional.unfold', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nn.functional.unfold[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 1, 5, 5) torch.float32) was traced with symbolic sizes (0, 1, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
+    },
+    ('norm.nuc', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'norm.nuc[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('polygamma.polygamma_n_3', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'polygamma.polygamma_n_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('reciprocal', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'reciprocal[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('renorm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'renorm[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('round.decimals_0', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'round.decimals_0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('scatter', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'scatter[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('scatter_add', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'scatter_add[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('sgn', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'sgn[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('slice_scatter', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'slice_scatter[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
+    },
+    ('special.bessel_y0', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'special.bessel_y0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('special.hermite_polynomial_he', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'special.hermite_polynomial_he[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('special.i1', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'special.i1[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('special.ndtri', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'special.ndtri[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('special.scaled_modified_bessel_k0', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'special.scaled_modified_bessel_k0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
+    },
+    ('special.spherical_bessel_j0', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'special.spherical_bessel_j0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('stft', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'stft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (100,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('sub', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'sub[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -84,17 +407,160 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('t', 'dynamic'): {
         'DynamicShapeError outside dispatch': 't[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('topk', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'topk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('torch.ops.aten._safe_softmax.default', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'torch.ops.aten._safe_softmax.default[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(',
+    },
+    ('transpose_copy', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'transpose_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('unbind_copy', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'unbind_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('unsqueeze', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'unsqueeze[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('var.unbiased', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'var.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('var_mean', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'var_mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('view', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'view[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('view_as', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'view_as[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('vsplit', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'vsplit[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('where', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'where[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.bool) was traced with symbolic sizes (s6, s81): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('zeros_like', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'zeros_like[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    # -- DynamicShapeError outside dispatch, Unsupported outside dispatch
+    ('resize_as_', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'resize_as_[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+        'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
     # -- Unsupported outside dispatch
+    ('cauchy', 'compiled'): {
+        'Unsupported outside dispatch': 'cauchy[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('cauchy', 'dynamic'): {
+        'Unsupported outside dispatch': 'cauchy[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('cauchy', 'resized'): {
+        'Unsupported outside dispatch': 'cauchy[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
     ('exponential', 'compiled'): {
         'Unsupported outside dispatch': 'exponential[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
     },
     ('exponential', 'dynamic'): {
         'Unsupported outside dispatch': 'exponential[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('exponential', 'resized'): {
+        'Unsupported outside dispatch': 'exponential[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('geometric', 'compiled'): {
+        'Unsupported outside dispatch': 'geometric[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('geometric', 'dynamic'): {
+        'Unsupported outside dispatch': 'geometric[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('geometric', 'resized'): {
+        'Unsupported outside dispatch': 'geometric[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('item', 'compiled'): {
+        'Unsupported outside dispatch': 'item[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('item', 'dynamic'): {
+        'Unsupported outside dispatch': 'item[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('item', 'resized'): {
+        'Unsupported outside dispatch': 'item[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('log_normal', 'compiled'): {
+        'Unsupported outside dispatch': 'log_normal[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('log_normal', 'dynamic'): {
+        'Unsupported outside dispatch': 'log_normal[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('log_normal', 'resized'): {
+        'Unsupported outside dispatch': 'log_normal[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('nn.functional.dropout2d', 'compiled'): {
+        'Unsupported outside dispatch': 'nn.functional.dropout2d[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('nn.functional.dropout2d', 'compiled_backward'): {
+        'Unsupported outside dispatch': 'nn.functional.dropout2d[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('nn.functional.dropout2d', 'dynamic'): {
+        'Unsupported outside dispatch': 'nn.functional.dropout2d[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('nn.functional.dropout2d', 'resized'): {
+        'Unsupported outside dispatch': 'nn.functional.dropout2d[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('normal.in_place', 'compiled'): {
+        'Unsupported outside dispatch': 'normal.in_place[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('normal.in_place', 'dynamic'): {
+        'Unsupported outside dispatch': 'normal.in_place[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('normal.in_place', 'resized'): {
+        'Unsupported outside dispatch': 'normal.in_place[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('resize_as_', 'compiled'): {
+        'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('resize_as_', 'resized'): {
+        'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    # -- no rule
+    ('_segment_reduce.lengths', 'compiled'): {
+        'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('_segment_reduce.lengths', 'compiled_backward'): {
+        'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_select', 'compiled'): {
+        'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_select', 'compiled_backward'): {
+        'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_select', 'resized'): {
+        'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nn.functional.embedding_bag', 'compiled'): {
+        'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nn.functional.embedding_bag', 'compiled_backward'): {
+        'no rule: aten._embedding_bag.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nn.functional.embedding_bag', 'resized'): {
+        'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    # -- reference run raises AssertionError
+    ('jiterator_unary', 'compiled'): {
+        'reference run raises AssertionError': 'jiterator_unary[R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
+    ('jiterator_unary', 'dynamic'): {
+        'reference run raises AssertionError': 'jiterator_unary[R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
+    ('jiterator_unary', 'resized'): {
+        'reference run raises AssertionError': 'jiterator_unary[R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
+    # -- world ended
+    ('nn.functional.max_unpool2d.grad', 'compiled_backward'): {
+        'world ended: CollectiveMismatchError': 'nn.functional.max_unpool2d.grad[S(3);S(3)]@mesh(2): CollectiveMismatchError: collective #14 on group ranks(0,1) does not match across ranks: ranks issued different collectives',
+    },
+    ('nn.functional.normalize', 'compiled_backward'): {
+        'world ended: CollectiveMismatchError': 'nn.functional.normalize[P(sum),S(0)]@mesh(2,2): CollectiveMismatchError: collective #8 on group ranks(1,3) does not match across ranks: ranks issued different collectives',
     },
 }

@@ -1,5 +1,6 @@
-"""The compiled and dynamic-shape tiers (opdb_tests/compiled.py): OpInfos run on DTensors
-under ``torch.compile`` in simpg worlds, values checked against one device, judged against
+"""The compiled and dynamic-shape tiers (opdb_tests/compiled.py: compiled,
+compiled_backward, resized, dynamic): OpInfos run on DTensors under ``torch.compile`` in
+simpg worlds, values checked against one device, judged against
 ``expected_failures_compiled.py`` strictly both ways (``expectations.judge``).
 
 The default run takes ``DEFAULT_SLICE``; ``-m slow`` takes every variant whose verdicts
