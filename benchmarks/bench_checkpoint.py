@@ -15,15 +15,22 @@ over tp, so each replica group writes them once); loaded into 8-way fully sharde
 DTensors; torch: ``torch.distributed.checkpoint.save``/``load`` (FileSystemWriter/Reader,
 defaults) on torch's DTensors with the same pieces.
 
-Figures: seconds from a barrier before to a barrier after, on rank 0 (ranks take turns on
-the cores: the world's time, not one rank's). ``--repeat`` rounds, each a save and a load
-with both libraries in turn (who goes first alternates), so both see the same machine; the
-table gives medians and, for the times, every round's range and the range over rounds of
-torch's time / ours (the throughput ratio, round by round). Throughput =
-state bytes / seconds (the save writes each element once; the target layout holds each
-element once). Bytes read = the growth of this process's ``rchar`` (/proc/self/io) over the
-load, all ranks together, for both libraries alike (ours also counts its own: the "ours,
-self-counted" line). Every load is checked bit for bit against the saved global tensors.
+Figures: a save's or a load's seconds are the world's: every rank builds its state, meets
+the others at a barrier, takes the time, saves or loads, meets them at a barrier again and
+takes the time; the figure is the latest end minus the earliest start. simpg runs the ranks
+one at a time, so the first rank out of the barrier starts the clock after every rank has
+built its state (building it, a copy of each piece, is no part of a save) and before any
+rank has begun saving. ``--repeat`` rounds, each a save and two loads with both libraries in
+turn (who goes first alternates), so both see the same machine: one load with the files as
+the save left them in the page cache (DCP's writes go through it; ours bypass it, Note
+[direct writes] in dtensor/checkpoint/writer.py), one after evicting the checkpoint's files
+from it (``posix_fadvise(DONTNEED)``): a job resuming on another host. The table gives
+medians and, for the times, every round's range and the range over rounds of torch's time /
+ours (the throughput ratio, round by round). Throughput = state bytes / seconds (the save
+writes each element once; the target layout holds each element once). Bytes read = the
+growth of this process's ``rchar`` (/proc/self/io) over the load, all ranks together, for
+both libraries alike (ours also counts its own: the "ours, self-counted" line). Every load is
+checked bit for bit against the saved global tensors.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class Side:
     lib: str
     save_s: list[float] = field(default_factory=list)
     load_s: list[float] = field(default_factory=list)
+    cold_load_s: list[float] = field(default_factory=list)  # files evicted from the cache
     written: int = 0  # bytes in the checkpoint directory
     files: int = 0
     read: int = 0  # rchar growth over the load, all ranks
@@ -168,10 +176,12 @@ def _rchar() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar"))
 
 
-def rank_save(lib: str, state: dict, path: str, chunk_bytes: int | None) -> float:
+def rank_save(lib: str, state: dict, path: str,
+              chunk_bytes: int | None) -> tuple[float, float]:
+    """(start, end) on this rank's clock; the world's seconds are max(end) - min(start)."""
     tensors = _nest(_dtensors(lib, state, target=False))
-    start = time.perf_counter()  # before the barrier: after it, another rank may go first
-    dist.barrier()
+    dist.barrier()  # every rank's state is built: building it is no part of the save
+    start = time.perf_counter()  # ranks run one at a time: the first out starts the clock
     if lib == "ours":
         import dtensor.checkpoint as ours
 
@@ -182,15 +192,16 @@ def rank_save(lib: str, state: dict, path: str, chunk_bytes: int | None) -> floa
 
         dcp.save(tensors, checkpoint_id=path)
     dist.barrier()
-    return time.perf_counter() - start
+    return start, time.perf_counter()
 
 
-def rank_load(lib: str, state: dict, path: str) -> tuple[float, int, int, bool]:
-    """(seconds, rchar growth (rank 0: every rank's reads), self-counted bytes, correct)."""
+def rank_load(lib: str, state: dict, path: str) -> tuple[float, float, int, int, int, bool]:
+    """(start, end, rchar at start, rchar at end (all ranks' reads: one process),
+    self-counted bytes, correct)."""
     flat = _dtensors(lib, state, target=True)
     tensors = _nest(flat)
-    before, start = _rchar(), time.perf_counter()  # before the barrier, as in rank_save
-    dist.barrier()
+    dist.barrier()  # as in rank_save
+    before, start = _rchar(), time.perf_counter()
     if lib == "ours":
         import dtensor.checkpoint as ours
 
@@ -201,7 +212,7 @@ def rank_load(lib: str, state: dict, path: str) -> tuple[float, int, int, bool]:
         dcp.load(tensors, checkpoint_id=path)
         counted = 0
     dist.barrier()
-    seconds, read = time.perf_counter() - start, _rchar() - before
+    end, after = time.perf_counter(), _rchar()
     ok = flat["step"].item() == 10.0
     for key, (full, kind) in state.items():
         t = flat[key]
@@ -209,26 +220,51 @@ def rank_load(lib: str, state: dict, path: str) -> tuple[float, int, int, bool]:
         want = full[local_slices(full.shape, TARGET_MESH,
                                  _placements(kind, "ours", True), mesh_coord)]
         ok = ok and torch.equal(t._local_tensor, want)
-    return seconds, read, counted, ok
+    return start, end, before, after, counted, ok
 
 
-def run_round(side: Side, args: argparse.Namespace, state: dict, tmp: str, i: int) -> None:
-    """One save and one load of ``side``'s library, appended to its figures."""
+def evict(directory: str) -> None:
+    """Drop a checkpoint's files from the page cache (both libraries fsync what they write,
+    so every page is clean and goes): the next load reads them from the device."""
+    for name in os.listdir(directory):
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _load(side: Side, lib: str, state: dict, path: str) -> float:
+    """One load by every rank; its seconds (the world's), figures recorded in ``side``."""
     import simpg
     from simpg.testing import torch_meshes_per_rank
 
-    lib, world = side.lib, math.prod(SOURCE_MESH)
+    with torch_meshes_per_rank():
+        loads = simpg.run(rank_load, math.prod(TARGET_MESH), lib, state, path, timeout=600)
+    first, last = min(loads, key=lambda r: r[0]), max(loads, key=lambda r: r[1])
+    side.read = last[3] - first[2]
+    side.self_counted = sum(r[4] for r in loads)
+    side.correct = side.correct and all(r[5] for r in loads)
+    return last[1] - first[0]
+
+
+def run_round(side: Side, args: argparse.Namespace, state: dict, tmp: str, i: int) -> None:
+    """One save and two loads of ``side``'s library (the files as the save left them in the
+    page cache, then evicted), appended to its figures."""
+    import simpg
+    from simpg.testing import torch_meshes_per_rank
+
+    lib = side.lib
     chunk = args.chunk_kib * 1024 if args.chunk_kib else None
     path = os.path.join(tmp, f"{lib}-{i}")
     with torch_meshes_per_rank():
-        side.save_s.append(simpg.run(rank_save, world, lib, state, path, chunk,
-                                     timeout=600)[0])
-        loads = simpg.run(rank_load, world, lib, state, path, timeout=600)
-    side.load_s.append(loads[0][0])
-    side.read = loads[0][1]
-    side.self_counted = sum(r[2] for r in loads)
-    side.correct = side.correct and all(r[3] for r in loads)
+        saves = simpg.run(rank_save, math.prod(SOURCE_MESH), lib, state, path, chunk,
+                          timeout=600)
+    side.save_s.append(max(e for _, e in saves) - min(s for s, _ in saves))
     where = os.path.realpath(path)
+    side.load_s.append(_load(side, lib, state, path))
+    evict(where)
+    side.cold_load_s.append(_load(side, lib, state, path))
     names = os.listdir(where)
     side.files = len(names)
     side.written = sum(os.path.getsize(os.path.join(where, n)) for n in names)
@@ -258,10 +294,13 @@ def rows(sides: dict[str, Side], nbytes: int) -> list[tuple[str, Any, Any, str]]
         return {
             "save throughput (GB/s)": nbytes / statistics.median(s.save_s) / 1e9,
             "load throughput, 2x4 -> 8-way (GB/s)": nbytes / statistics.median(s.load_s) / 1e9,
+            "load throughput, files not in the page cache (GB/s)":
+                nbytes / statistics.median(s.cold_load_s) / 1e9,
             "save time (s, median)": statistics.median(s.save_s),
             "load time (s, median)": statistics.median(s.load_s),
             "save time, each round (s)": _spread(s.save_s),
             "load time, each round (s)": _spread(s.load_s),
+            "load time, not cached, each round (s)": _spread(s.cold_load_s),
             "bytes written": s.written,
             "files written": s.files,
             "bytes read by the load (rchar)": s.read,
@@ -272,6 +311,8 @@ def rows(sides: dict[str, Side], nbytes: int) -> list[tuple[str, Any, Any, str]]
     per_round = {  # throughput ratio = torch's time / ours, round by round
         "save time, each round (s)": [t / o for o, t in zip(ours.save_s, torch_.save_s)],
         "load time, each round (s)": [t / o for o, t in zip(ours.load_s, torch_.load_s)],
+        "load time, not cached, each round (s)": [
+            t / o for o, t in zip(ours.cold_load_s, torch_.cold_load_s)],
     }
     got = {lib: figs(s) for lib, s in sides.items()}
     out = []
@@ -301,8 +342,8 @@ def print_report(args: argparse.Namespace, sides: dict[str, Side], nbytes: int,
           f"(simpg), one process; temporary directory under {tempfile.gettempdir()}")
     print(f"state: {args.layers} layers of dim {args.dim}, parameters + AdamW exp_avg and "
           f"exp_avg_sq, fp32: {nbytes / 1e6:.1f} MB; saved from a 2x4 dp x tp mesh, loaded "
-          f"into 8-way [S(0)]; {args.repeat} rounds, each saving and loading with both "
-          f"libraries in turn; medians, and each round's ratio")
+          f"into 8-way [S(0)]; {args.repeat} rounds, each a save and two loads (cached as "
+          f"the save left it, evicted) with both libraries in turn; medians, each round's")
     print("\n| figure | ours | torch DCP | ours / torch |")
     print("|---|---:|---:|---:|")
     for name, o, t, ratio in rows(sides, nbytes):

@@ -53,3 +53,23 @@ def test_chunks_tile_their_box_within_the_budget(box, itemsize, budget):
         assert box_numel(c) * itemsize <= max(budget, itemsize)
         count[tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(c, box))] += 1
     assert torch.all(count == 1)
+
+
+def test_chunks_meeting_a_box_are_those_the_grid_scan_finds():
+    """chunks_meeting works the chunks out per dimension; the naive reference lists the whole
+    grid and keeps the chunks that intersect."""
+    import random
+
+    from dtensor.checkpoint.pieces import chunks_meeting, grid, grid_size, overlaps
+
+    rng = random.Random(0)
+    for _ in range(400):
+        ndim = rng.randint(0, 3)
+        box = tuple((a, a + rng.randint(1, 9)) for a in (rng.randint(0, 5) for _ in range(ndim)))
+        chunk = tuple(rng.randint(1, 4) for _ in range(ndim))
+        other = tuple((a, a + rng.randint(0, 9)) for a in (rng.randint(0, 12)
+                                                            for _ in range(ndim)))
+        cells = grid(box, chunk)
+        want = [(i, c) for i, c in enumerate(cells) if overlaps(c, other)]
+        assert chunks_meeting(box, chunk, other) == want, (box, chunk, other)
+        assert grid_size(box, chunk) == len(cells)

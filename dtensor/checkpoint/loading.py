@@ -33,7 +33,8 @@ from dtensor.checkpoint.errors import (
     MissingKeyError,
     StateMismatchError,
 )
-from dtensor.checkpoint.pieces import chunk_name, grid, overlaps, relative, view_of
+from dtensor.checkpoint.pieces import (chunk_name, chunks_meeting, grid_size, overlaps,
+                                      relative, view_of)
 from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
 from dtensor.checkpoint.tree import decode, fill, leaves
 from dtensor.layout import box_intersect, box_numel
@@ -127,7 +128,8 @@ def _missing(body: dict, key: str, where: str, what: str) -> None:
 
 def _wanted(state: dict, body: dict) -> Iterator[tuple[str, str, str]]:
     """(file, chunk name, key) of every chunk this rank's load will read, in read order
-    (Note [prefetch]); tensors that will not load (missing, mismatched) are left out."""
+    (Note [prefetch]); tensors that will not load (missing, mismatched, damaged metadata)
+    are left out: their errors come from the load itself."""
     for key, kind, target in leaves(state):
         entry = body["tensors"].get(key) if kind == "tensor" else None
         if not isinstance(entry, dict) or list(target.shape) != entry.get("shape"):
@@ -135,19 +137,30 @@ def _wanted(state: dict, body: dict) -> Iterator[tuple[str, str, str]]:
         view, local = view_of(target, key)
         if local is None or not view.holds_value():
             continue
-        box = view.box()
-        for p, cbox, _ in _needed(entry, box):
+        try:
+            needed = list(_needed(entry, view.box(), key, ""))
+        except (CheckpointError, KeyError, TypeError, ValueError):
+            continue
+        for p, cbox, _ in needed:
             yield p["file"], chunk_name(key, cbox), key
 
 
-def _needed(entry: dict, box: tuple) -> Iterator[tuple[dict, tuple, Any]]:
+def _needed(entry: dict, box: tuple, key: str, where: str) -> Iterator[tuple[dict, tuple, Any]]:
     """(piece, chunk box, crc32) of the saved chunks that intersect ``box``."""
     for p in entry["pieces"]:
         pbox = tuple(tuple(b) for b in p["box"])
-        if overlaps(pbox, box):
-            for cbox, crc in zip(grid(pbox, p["chunk"]), p["crc32"]):
-                if overlaps(cbox, box):
-                    yield p, cbox, crc
+        if not overlaps(pbox, box):
+            continue
+        chunk = p["chunk"]
+        if len(chunk) != len(pbox) or not all(isinstance(c, int) and c > 0 for c in chunk):
+            raise CorruptCheckpointError(f"{where}: tensor {key!r}: chunk shape {chunk!r} for "
+                                         f"box {list(pbox)}", file=where, key=key)
+        if grid_size(pbox, chunk) != len(p["crc32"]):
+            raise CorruptCheckpointError(f"{where}: tensor {key!r}: {len(p['crc32'])} "
+                                         f"checksums for {grid_size(pbox, chunk)} chunks",
+                                         file=where, key=key)
+        for i, cbox in chunks_meeting(pbox, chunk, box):
+            yield p, cbox, p["crc32"][i]
 
 
 def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,
@@ -167,24 +180,13 @@ def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,
             return 0
         box = view.box()
         covered = chunks = 0
-        for p in entry["pieces"]:
-            pbox = tuple(tuple(b) for b in p["box"])
-            if not overlaps(pbox, box):
-                continue
-            cboxes = grid(pbox, p["chunk"])
-            if len(cboxes) != len(p["crc32"]):
-                raise CorruptCheckpointError(f"{where}: tensor {key!r}: {len(p['crc32'])} "
-                                             f"checksums for {len(cboxes)} chunks",
-                                             file=where, key=key)
-            for cbox, crc in zip(cboxes, p["crc32"]):
-                if not overlaps(cbox, box):
-                    continue
-                chunk = reader.read(p["file"], chunk_name(key, cbox), key, dtype,
-                                    tuple(b - a for a, b in cbox), int(crc))
-                common = box_intersect(cbox, box)
-                local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
-                covered += box_numel(common)
-                chunks += 1
+        for p, cbox, crc in _needed(entry, box, key, where):
+            chunk = reader.read(p["file"], chunk_name(key, cbox), key, dtype,
+                                tuple(b - a for a, b in cbox), int(crc))
+            common = box_intersect(cbox, box)
+            local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
+            covered += box_numel(common)
+            chunks += 1
         if covered != box_numel(box):
             raise CheckpointError(f"{where}: tensor {key!r}: the chunks cover {covered} of the "
                                   f"{box_numel(box)} elements of box {list(box)}", file=where,

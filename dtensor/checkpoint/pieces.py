@@ -143,6 +143,36 @@ def grid(box: Box, chunk: Sequence[int]) -> list[Box]:
     return [tuple(r) for r in itertools.product(*ranges)]
 
 
+def grid_size(box: Box, chunk: Sequence[int]) -> int:
+    """How many chunks ``grid(box, chunk)`` has, without listing them."""
+    return math.prod(-(-(b - a) // c) for (a, b), c in zip(box, chunk))
+
+
+def chunks_meeting(box: Box, chunk: Sequence[int], other: Box) -> list[tuple[int, Box]]:
+    """``(i, grid(box, chunk)[i])`` for each chunk of ``box`` that intersects ``other``,
+    row-major: worked out per dimension, so the cost is the chunks returned, not the grid
+    (a load asks this for every piece of every tensor; Note [chunks]). ``chunk`` > 0.
+
+    >>> chunks_meeting(((0, 4), (0, 4)), (2, 2), ((1, 2), (2, 4)))
+    [(1, ((0, 2), (2, 4)))]
+    """
+    ranges, counts = [], []
+    for (a, b), c, (lo, hi) in zip(box, chunk, other):
+        lo, hi = max(a, lo), min(b, hi)
+        if lo >= hi:
+            return []
+        ranges.append(range((lo - a) // c, (hi - 1 - a) // c + 1))
+        counts.append(-(-(b - a) // c))
+    out = []
+    for index in itertools.product(*ranges):
+        flat = 0
+        for i, n in zip(index, counts):
+            flat = flat * n + i
+        out.append((flat, tuple((a + i * c, min(a + (i + 1) * c, b))
+                                for i, (a, b), c in zip(index, box, chunk))))
+    return out
+
+
 def chunk_name(key: str, chunk: Box) -> str:
     """The chunk's tensor name in its safetensors file: the key and the chunk's start."""
     return f"{key}@{','.join(str(a) for a, _ in chunk)}"

@@ -28,10 +28,10 @@ import torch.distributed as dist
 from dtensor.checkpoint import commit, metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
-from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, relative, view_of
+from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, view_of
 from dtensor.checkpoint.storage import dtype_name, fsync_dir
 from dtensor.checkpoint.tree import flatten
-from dtensor.checkpoint.writer import write_chunks
+from dtensor.checkpoint.writer import Piece, write_pieces
 from dtensor.placements import Partial, Replicate, fmt_placements
 from dtensor.tensor import DTensor
 
@@ -164,9 +164,8 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
     views = {k: view_of(t, k) for k, t in tensors.items()}
     plain = {k: i for i, k in enumerate(sorted(k for k, (v, _) in views.items()
                                                if not v.distributed))}
-    chunks: list[tuple[str, torch.Tensor]] = []
+    pieces: list[Piece] = []
     entries: dict[str, dict] = {}
-    crc_lists: list[tuple[list, int, int]] = []  # (a piece's crc32 list, first chunk, count)
     for key, (view, local) in views.items():
         if view.distributed and any(isinstance(p, Partial) for p in view.placements):
             raise CheckpointError(f"{key!r}: torch's DTensor with Partial placements "
@@ -180,20 +179,18 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         if box is None or any(b == a for a, b in box):
             continue  # not the writer, or an empty piece (a 0-d box is () and is written)
         assert local is not None
-        local = local.detach()
         chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
         cboxes = grid(box, chunk)
-        crcs: list[int] = []
-        crc_lists.append((crcs, len(chunks), len(cboxes)))
-        chunks.extend((chunk_name(key, c), local[relative(c, box)]) for c in cboxes)
+        pieces.append(Piece(local.detach(), box, cboxes, [chunk_name(key, c) for c in cboxes]))
         entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
-                                       "chunk": list(chunk), "crc32": crcs})
-    nbytes = 0
-    if chunks:
-        nbytes, written = write_chunks(os.path.join(version, file), chunks)
-        for crcs, first, count in crc_lists:
-            crcs.extend(written[first:first + count])
-    return {"file": file if chunks else None, "bytes": nbytes, "tensors": entries}
+                                       "chunk": list(chunk), "crc32": None})
+    if not pieces:
+        return {"file": None, "bytes": 0, "tensors": entries}
+    nbytes, crcs = write_pieces(os.path.join(version, file), pieces)
+    written = [p for e in entries.values() for p in e["pieces"]]  # in the order of ``pieces``
+    for entry, piece_crcs in zip(written, crcs, strict=True):
+        entry["crc32"] = piece_crcs
+    return {"file": file, "bytes": nbytes, "tensors": entries}
 
 
 def _commit(path: str, version: str, manifests: list[dict], world_size: int) -> str:

@@ -5,8 +5,9 @@ of ours: ``safetensors.safe_open`` reads the file, and so does ``storage.Reader`
 
 >>> import os, tempfile, torch, zlib
 >>> path = os.path.join(tempfile.mkdtemp(), "f.safetensors")
->>> w = torch.arange(6.0).reshape(2, 3)
->>> size, crcs = write_chunks(path, [("w@0,0", w[:, :2]), ("w@0,2", w[:, 2:])])
+>>> w = torch.arange(6.0).reshape(2, 3)  # two chunks: columns [0, 2) and [2, 3)
+>>> piece = Piece(w, ((0, 2), (0, 3)), [((0, 2), (0, 2)), ((0, 2), (2, 3))], ["w@0,0", "w@0,2"])
+>>> size, [crcs] = write_pieces(path, [piece])
 >>> crcs[1] == zlib.crc32(w[:, 2:].contiguous().numpy()), size == os.path.getsize(path)
 (True, True)
 
@@ -30,11 +31,12 @@ so every write but the last starts at a multiple of ``ALIGN`` and is a whole num
 buffer), and the last is padded with zeros and the file truncated back to its size. The
 header is padded with spaces to a multiple of 8 bytes, as safetensors pads it, and chunks
 are laid out by element size, largest first, so every chunk starts at a multiple of its own
-element size and is copied into the buffer as its own dtype. A filesystem that refuses ``O_DIRECT`` (tmpfs, some
-network filesystems: ``EINVAL`` at open or at the first write) gets ordinary writes; there,
-a chunk that is contiguous in the local tensor is written from its own memory, without the
-copy. The price of ``O_DIRECT``: the file is not left in the page cache, so a load right
-after the save reads it from the device.
+element size and is copied into the buffer as its own dtype. A filesystem that refuses
+``O_DIRECT`` (tmpfs, some network filesystems: ``EINVAL`` at open or at the first write)
+gets ordinary writes; there, a chunk that is contiguous in the local tensor is written from
+its own memory, without the copy. The price of ``O_DIRECT``: the file is not left in the
+page cache, so a load right after the save reads it from the device (Note [prefetch] in
+loading.py keeps that cheap).
 """
 
 from __future__ import annotations
@@ -42,16 +44,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
 from dtensor.checkpoint.errors import UnsupportedValueError
+from dtensor.checkpoint.pieces import relative
 from dtensor.checkpoint.storage import ST_DTYPES, dtype_name
+from dtensor.layout import Box
 
 ALIGN = 4096  # O_DIRECT's alignment: the block size of common devices and filesystems
 STAGE_BYTES = 8 << 20  # one staging buffer; a multiple of ALIGN
@@ -63,36 +69,53 @@ _datasync = getattr(os, "fdatasync", os.fsync)  # the file's data and size; mtim
 _ST_NAMES = {dtype: name for name, dtype in ST_DTYPES.items()}
 
 
-def write_chunks(path: str, chunks: Sequence[tuple[str, torch.Tensor]]) -> tuple[int, list[int]]:
-    """Write ``chunks`` (name, tensor of any strides and device) as one new safetensors file
-    at ``path`` and make it durable (fdatasync) before returning (its size in bytes, each
-    chunk's crc32 in the order given)."""
-    order = sorted(range(len(chunks)), key=lambda i: -chunks[i][1].element_size())
-    header, data_bytes = _header([chunks[i] for i in order])
+@dataclass(frozen=True)
+class Piece:
+    """A box of a rank's local tensor, written as chunks: ``names[i]`` is the chunk whose
+    global box is ``chunks[i]`` (inside ``box``, which ``local`` holds)."""
+
+    local: torch.Tensor
+    box: Box
+    chunks: Sequence[Box]
+    names: Sequence[str]
+
+
+def write_pieces(path: str, pieces: Sequence[Piece], *, stage_bytes: int = STAGE_BYTES,
+                 direct: bool = True) -> tuple[int, list[list[int]]]:
+    """Write every chunk of ``pieces`` as one new safetensors file at ``path`` and make it
+    durable (fdatasync) before returning (its size in bytes, each piece's chunks' crc32s).
+    ``direct=False`` never tries O_DIRECT; ``stage_bytes`` (a multiple of ALIGN) sizes the
+    staging buffers."""
+    order = sorted(range(len(pieces)), key=lambda i: -pieces[i].local.element_size())
+    header, data_bytes = _header([pieces[i] for i in order])
     size = len(header) + data_bytes
-    crcs = [0] * len(chunks)
-    with _File(path, size) as out, torch.no_grad():
+    crcs: list[list[int]] = [[] for _ in pieces]
+    with _File(path, size, stage_bytes, direct) as out, torch.no_grad():
         out.put(header)
         for i in order:
-            crcs[i] = out.put_tensor(chunks[i][1])
+            local, box = pieces[i].local, pieces[i].box
+            crcs[i] = [out.put_tensor(local[relative(c, box)]) for c in pieces[i].chunks]
     return size, crcs
 
 
-def _header(chunks: Sequence[tuple[str, torch.Tensor]]) -> tuple[bytes, int]:
+def _header(pieces: Sequence[Piece]) -> tuple[bytes, int]:
     """(8-byte length and JSON header, padded so that the data starts at a multiple of 8, as
     safetensors pads it; the data's bytes)."""
     entries: dict[str, dict] = {}
     at = 0
-    for name, t in chunks:
-        st = _ST_NAMES.get(t.dtype)
+    for p in pieces:
+        st = _ST_NAMES.get(p.local.dtype)
         if st is None:
-            key = name.rsplit("@", 1)[0]
-            raise UnsupportedValueError(f"{key!r} is {dtype_name(t.dtype)}, which safetensors "
-                                        f"cannot store: expected one of "
+            key = p.names[0].rsplit("@", 1)[0] if p.names else ""
+            raise UnsupportedValueError(f"{key!r} is {dtype_name(p.local.dtype)}, which "
+                                        f"safetensors cannot store: expected one of "
                                         f"{sorted(dtype_name(d) for d in _ST_NAMES)}", key=key)
-        n = t.numel() * t.element_size()
-        entries[name] = {"dtype": st, "shape": list(t.shape), "data_offsets": [at, at + n]}
-        at += n
+        itemsize = p.local.element_size()
+        for name, c in zip(p.names, p.chunks, strict=True):
+            shape = [b - a for a, b in c]
+            n = math.prod(shape) * itemsize
+            entries[name] = {"dtype": st, "shape": shape, "data_offsets": [at, at + n]}
+            at += n
     raw = json.dumps(entries, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % _DATA_ALIGN)
     return len(raw).to_bytes(8, "little") + raw, at
@@ -122,6 +145,28 @@ def _aligned(nbytes: int) -> torch.Tensor:
     return raw[skip:skip + nbytes]
 
 
+# Staging buffers of finished files, kept for the next (Note [one pass]): a fresh one costs
+# a page fault per 4 KiB at first touch, and the kernel zeroes each page. At most _KEEP kept.
+_FREE: list[torch.Tensor] = []
+_FREE_LOCK = threading.Lock()
+_KEEP = 2 * BUFFERS
+
+
+def _take(nbytes: int) -> torch.Tensor:
+    with _FREE_LOCK:
+        for i, b in enumerate(_FREE):
+            if b.numel() == nbytes:
+                return _FREE.pop(i)
+    return _aligned(nbytes)
+
+
+def _give(buffers: list[torch.Tensor]) -> None:
+    with _FREE_LOCK:
+        for b in buffers:
+            if b.numel() == STAGE_BYTES and len(_FREE) < _KEEP:
+                _FREE.append(b)
+
+
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     """Write all of ``data`` at ``offset``; drop O_DIRECT for this file where the device
     wants another alignment than ours (EINVAL)."""
@@ -141,21 +186,25 @@ class _File:
     """One file being written: staging buffers filled in file order, each written by the
     pool once full (Note [one pass], Note [direct writes])."""
 
-    def __init__(self, path: str, size: int) -> None:
+    def __init__(self, path: str, size: int, stage_bytes: int, direct: bool) -> None:
+        if stage_bytes < 2 * ALIGN or stage_bytes % ALIGN:
+            raise ValueError(f"stage_bytes={stage_bytes}: expected a multiple of {ALIGN}, "
+                             f"at least {2 * ALIGN}")
         self.size = size
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        try:
-            self.fd = os.open(path, flags | _O_DIRECT, 0o644) if _O_DIRECT else -1
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-            self.fd = -1
+        self.fd = -1
+        if direct and _O_DIRECT:
+            try:
+                self.fd = os.open(path, flags | _O_DIRECT, 0o644)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
         self.direct = self.fd >= 0
         if not self.direct:
             self.fd = os.open(path, flags, 0o644)
         # a small file fits in one buffer, with ALIGN to spare for a part carried over
-        stage = min(STAGE_BYTES, size + -size % ALIGN + ALIGN)
-        self.buffers = [_aligned(stage) for _ in range(BUFFERS if stage == STAGE_BYTES else 1)]
+        stage = min(stage_bytes, size + -size % ALIGN + ALIGN)
+        self.buffers = [_take(stage) for _ in range(BUFFERS if stage == stage_bytes else 1)]
         self.limit = stage - ALIGN  # the largest part put at once (see _flush)
         self.views = [memoryview(b.numpy()) for b in self.buffers]
         self.pending: list[Future | None] = [None] * len(self.buffers)
@@ -176,6 +225,7 @@ class _File:
                 if f is not None:
                     f.exception()  # wait: the pool must be done with our buffers and fd
             os.close(self.fd)
+            _give(self.buffers)
 
     def put(self, data: bytes) -> None:
         for at in range(0, len(data), self.limit):
