@@ -7,8 +7,6 @@ from __future__ import annotations
 import pytest
 from bench_loader import load_benchmark
 
-pytest.importorskip("safetensors")
-
 
 @pytest.fixture(scope="module")
 def bench():

@@ -25,8 +25,6 @@ import simpg
 from dtensor import Partial, Replicate, Shard
 from dtensor.layout import local_slices
 
-pytest.importorskip("safetensors")
-
 # uneven on purpose: 7 rows over 2, 4 or 8 ranks; odd columns; a 0-d, an empty and a bf16
 GLOBALS = {
     "w": torch.randn(7, 5, generator=torch.Generator().manual_seed(0)),

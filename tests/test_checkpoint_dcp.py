@@ -21,8 +21,6 @@ import simpg
 from dtensor import Replicate, Shard
 from simpg.testing import torch_meshes_per_rank
 
-pytest.importorskip("safetensors")
-
 W = torch.randn(7, 5, generator=torch.Generator().manual_seed(0))
 B = torch.arange(6.0)
 

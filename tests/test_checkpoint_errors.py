@@ -13,8 +13,6 @@ import torch
 
 import dtensor.checkpoint as dcp
 
-safetensors = pytest.importorskip("safetensors")
-
 W = torch.arange(64.0).reshape(8, 8)
 
 
@@ -150,6 +148,7 @@ def test_loading_never_unpickles(ck, monkeypatch):
 
 
 def test_files_are_safetensors(ck):
+    pytest.importorskip("safetensors")
     from safetensors.torch import load_file
 
     chunks = load_file(str(_data_file(ck)))

@@ -20,8 +20,6 @@ import dtensor.checkpoint as dcp
 import simpg
 from dtensor import Partial, Replicate, Shard
 
-pytest.importorskip("safetensors")
-
 WORLD = 4
 
 

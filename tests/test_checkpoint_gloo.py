@@ -46,7 +46,6 @@ def program(path: str) -> dict[str, torch.Tensor]:
 def test_the_same_program_on_simpg(tmp_path):
     import simpg
 
-    pytest.importorskip("safetensors")
     for r in simpg.run(program, 4, str(tmp_path / "ck")):
         assert torch.equal(r["w"], W) and torch.equal(r["b"], B) and r["step"].item() == 3
 
@@ -55,7 +54,6 @@ def test_the_same_program_on_simpg(tmp_path):
 def test_save_and_load_on_gloo_processes(tmp_path):
     from gloo_runner import run_program_on_gloo
 
-    pytest.importorskip("safetensors")
     results = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=180.0)
     for r in results:
         assert torch.equal(r["w"], W) and torch.equal(r["b"], B) and r["step"].item() == 3

@@ -107,3 +107,17 @@ def test_a_failed_copy_closes_the_file_and_raises(tmp_path):
 def test_stage_bytes_must_be_whole_blocks(tmp_path):
     with pytest.raises(ValueError, match=r"stage_bytes=5000: expected a multiple of 4096"):
         write_pieces(str(tmp_path / "f.safetensors"), _pieces()[:1], stage_bytes=5000)
+
+
+def test_save_and_load_need_no_safetensors_package(tmp_path, monkeypatch):
+    import sys
+
+    import dtensor.checkpoint as dcp
+
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # any import of it now fails
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    w = torch.arange(12.0).reshape(3, 4)
+    dcp.save({"w": w.t()}, tmp_path / "ck")  # a non-contiguous tensor
+    state = {"w": torch.zeros(4, 3)}
+    dcp.load(state, tmp_path / "ck")
+    assert torch.equal(state["w"], w.t())
