@@ -161,8 +161,10 @@ class TorchHarness:
     """A ``torch_opdb_harness.py MODE --serve`` subprocess: started, warmed up once
     (``ready``), then asked to run one chunk of OpInfos at a time."""
 
-    def __init__(self, mode: str) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTORCH_PRINT_REPRO_ON_FAILURE="0")
+    def __init__(self, mode: str, hang_after: int = 120) -> None:
+        # a threaded test's rank threads are joined with this timeout each (torch: 300 s)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTORCH_PRINT_REPRO_ON_FAILURE="0",
+                   DISTRIBUTED_TESTS_DEFAULT_TIMEOUT=str(hang_after))
         self.mode = mode
         self.proc = subprocess.Popen([sys.executable, HARNESS, mode, "--serve"], cwd=ROOT,
                                      env=env, text=True, stdin=subprocess.PIPE,
@@ -209,10 +211,11 @@ class TorchHarness:
 # -- interleaved runs and the table -------------------------------------------------------------
 
 
-def compare(keys: list[str], chunk: int = 25, progress: bool = True) -> dict[str, dict]:
+def compare(keys: list[str], chunk: int = 25, progress: bool = True, hang_after: int = 120
+            ) -> dict[str, dict]:
     """Every harness on ``keys``, chunk by chunk in rotating order; per harness the summed
     seconds and cases and each OpInfo's record."""
-    starting = {m: TorchHarness(m) for m in TORCH_MODES}
+    starting = {m: TorchHarness(m, hang_after) for m in TORCH_MODES}
     try:
         ours_run = DefaultTier()
         runners: dict[str, Callable[[list[str]], dict]] = {
@@ -242,7 +245,7 @@ def _rate(t: dict) -> float:
 
 
 def _outcomes(per_op: dict[str, dict]) -> dict[str, int]:
-    counts = {"pass": 0, "fail": 0, "skip": 0}
+    counts = {"pass": 0, "fail": 0, "skip": 0, "hang": 0}
     for r in per_op.values():
         counts[r["outcome"]] += 1
     return counts
@@ -254,7 +257,7 @@ def report(keys: list[str], totals: dict[str, dict]) -> None:
           f"{'cases/s':>9}")
     for name, t in totals.items():
         n = _outcomes(t["per_op"])
-        run = n["pass"] + n["fail"]
+        run = n["pass"] + n["fail"] + n["hang"]
         print(f"{name:<26}{run:>12}{n['pass']:>8}{t['cases']:>8}{t['seconds']:>9.1f}"
               f"{_rate(t):>9.1f}")
     fastest = min(TORCH_MODES.values(), key=lambda name: totals[name]["seconds"])
@@ -262,6 +265,11 @@ def report(keys: list[str], totals: dict[str, dict]) -> None:
     print(f"ours / faster torch harness ({fastest}): {o['seconds'] / f['seconds']:.2f}x the "
           f"time, {_rate(o) / max(_rate(f), 1e-9):.2f}x the cases/s, "
           f"{o['cases'] / max(f['cases'], 1):.2f}x the cases")
+    for name, t in totals.items():
+        hung = sorted(k for k, r in t["per_op"].items() if r["outcome"] == "hang")
+        if hung:
+            print(f"  hung for {name} (stopped by its timeout, time left out): "
+                  f"{', '.join(hung)}")
     for name, t in totals.items():
         top = sorted(t["per_op"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
         share = ", ".join(f"{k} {r['seconds'] / max(t['seconds'], 1e-9):.0%}" for k, r in top)
@@ -283,6 +291,9 @@ def main() -> None:
                     help="how many OpInfos, taken evenly from op_db, or 'all' (default 12)")
     ap.add_argument("--chunk", type=int, default=25,
                     help="OpInfos per turn of each harness (default 25)")
+    ap.add_argument("--hang-after", type=int, default=120, metavar="S",
+                    help="seconds a threaded torch test's rank thread may take to join before "
+                         "the test counts as hung (torch's default 300; default 120)")
     ap.add_argument("--json", metavar="PATH",
                     help="also write every OpInfo's outcome, cases and seconds per harness")
     ap.add_argument("--write-readme", action="store_true",
@@ -291,7 +302,8 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, ROOT)
     keys = _keys(None if args.ops == "all" else int(args.ops))
-    totals = compare(keys, max(1, min(args.chunk, -(-len(keys) // 3))))
+    totals = compare(keys, max(1, min(args.chunk, -(-len(keys) // 3))),
+                     hang_after=args.hang_after)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"keys": keys, "harnesses": totals}, f, indent=1)

@@ -15,6 +15,10 @@ torch, so the test body is restated here, on the installed harness classes):
   never runs); a result with an empty tensor is not compared;
 - the first case that fails ends its OpInfo's test (torch lists such OpInfos as xfail).
 
+A threaded test whose rank threads are still waiting (in a collective the others never
+join) when ``DISTRIBUTED_TESTS_DEFAULT_TIMEOUT`` runs out, per thread joined, is a hang:
+its outcome says so and its time is left out of the total (it measures the timeout).
+
 ``threaded``: ``DTensorOpTestBase``, a ``MultiThreadedTestCase``: per test, 4 threads on
 torch's multithreaded process group (``multi_threaded_pg``), each building its own samples.
 ``local``: a plain ``TestCase`` on a ``fake`` process group under ``LocalTensorMode`` (every
@@ -33,6 +37,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import sys
 import time
 import unittest
@@ -219,8 +224,10 @@ def run_tests(mode: str, ops: list) -> tuple[float, dict[str, str]]:
         RECORD.setdefault(by_test[name], {"cases": 0, "samples": 0})["seconds"] = secs
     for kind, found in (("fail", result.failures + result.errors + result.expectedFailures),
                         ("skip", result.skipped)):
-        for t, _ in found:
-            outcomes[by_test[t._testMethodName]] = kind
+        for t, why in found:
+            # a rank thread still waiting at the timeout: MultiThreadedTestCase's words
+            hung = isinstance(why, str) and "terminated or timed out" in why
+            outcomes[by_test[t._testMethodName]] = "hang" if hung else kind
     return seconds, outcomes
 
 
@@ -247,6 +254,8 @@ def measure(mode: str, by_key: dict[str, Any], keys: list[str]) -> dict[str, Any
     seconds, outcomes = run_tests(mode, [by_key[k] for k in keys])
     per_op = {k: {"outcome": o, "cases": 0, "samples": 0, "seconds": 0.0, **RECORD.get(k, {})}
               for k, o in outcomes.items()}
+    # a hung test's time is the timeout's, not work: left out, reported by its outcome
+    seconds -= sum(r["seconds"] for r in per_op.values() if r["outcome"] == "hang")
     return {"mode": mode, "seconds": seconds, "cases": sum(r["cases"] for r in per_op.values()),
             "per_op": per_op, "imported": sorted(m for m in ("simpg", "dtensor")
                                                  if m in sys.modules)}
@@ -266,6 +275,7 @@ def main(argv: list[str]) -> None:
     print(json.dumps({"ready": mode}), flush=True)
     for line in sys.stdin:
         print(json.dumps(measure(mode, by_key, json.loads(line))), flush=True)
+    os._exit(0)  # the rank threads of a hung test still wait: do not join them at exit
 
 
 if __name__ == "__main__":
