@@ -29,18 +29,14 @@ True
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import functools
 import importlib
-import itertools
 import sys
 import threading
-import traceback
 import unittest
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
@@ -50,9 +46,9 @@ import torch.distributed as dist
 from simpg.backend import rank_context
 from simpg.class_world import ClassWorld
 from simpg.dtensor_lib import choose_library
-from simpg.errors import RankFailedError, SimpgError
+from simpg.errors import RankFailedError
 from simpg.runner import run
-from simpg.subtests import SubtestsFailed, _label, run_subtests
+from simpg.subtests import run_subtests
 from simpg.torch_testcase import base_on_torch_test_case, thread_local_state
 
 __all__ = [
@@ -73,59 +69,6 @@ SEED = 1234  # torch's common_utils.SEED: every rank starts its test from this s
 
 F = TypeVar("F", bound=Callable[..., Any])
 _defining_bases = True  # until this module's classes are defined (Note [torch assertEqual])
-
-
-# -- failures seen during one test method --------------------------------------------------------
-
-@dataclass(frozen=True)
-class _SubtestFailure:
-    """One failing combination of ``run_subtests``: its index in the grid, its values, the rank
-    that failed (``None``: a deadlock or mismatch, seen by every rank) and the formatted error."""
-
-    index: int
-    combo: tuple[tuple[str, Any], ...]
-    rank: int | None
-    error: str
-
-    def describe(self, world_size: int) -> str:
-        where = (f"failed on rank {self.rank} of {world_size}" if self.rank is not None
-                 else f"failed on every rank of {world_size} (no rank to blame)")
-        return f"[{_label(dict(self.combo))}] {where}:\n{self.error}"
-
-
-@dataclass
-class _TestRun:
-    """What the ranks of one test method share: the subtest failures each of them saw."""
-
-    test_id: str
-    world_size: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    subtest_failures: list[_SubtestFailure] = field(default_factory=list)
-
-    def record(self, failure: _SubtestFailure) -> None:
-        with self.lock:
-            if failure.rank is None and any(
-                    f.index == failure.index and f.rank is None for f in self.subtest_failures):
-                return  # every rank raises its copy of a deadlock or mismatch: report it once
-            self.subtest_failures.append(failure)
-
-    def report(self) -> SubtestsFailed:
-        failures = sorted(self.subtest_failures,
-                          key=lambda f: (f.index, -1 if f.rank is None else f.rank))
-        combos = len({f.index for f in failures})
-        body = "\n\n".join(f.describe(self.world_size) for f in failures)
-        return SubtestsFailed(f"{self.test_id}: {combos} failing subtest(s) on "
-                              f"{self.world_size} simulated ranks:\n\n{body}")
-
-
-_current_run: contextvars.ContextVar[_TestRun | None] = contextvars.ContextVar(
-    "simpg_testing_run", default=None)
-
-
-def _format_error(error: BaseException) -> str:
-    # from the test function's own frame down; the wrapper frame above it says nothing
-    tb = error.__traceback__.tb_next if error.__traceback__ is not None else None
-    return "".join(traceback.format_exception(type(error), error, tb)).rstrip()
 
 
 # -- torch's DTensor in reused threads -----------------------------------------------------------
@@ -314,9 +257,10 @@ class DTensorTestBase(unittest.TestCase):
                      *test_args: Any, **test_kwargs: Any) -> None:
         """Call ``test_fn(*test_args, **test_kwargs, **combo)`` for every combination.
 
-        A failure aborts only its combination (the other ranks are released, the next
-        combination starts clean); at the end of the test every failing combination is
-        reported with its values and the rank that failed.
+        ``simpg.run_subtests`` with the test's id as the title: a failure aborts only its
+        combination (the other ranks are released, the next combination starts clean); at
+        the end every failing combination is reported once, with its values, its ranks, the
+        user's line and a command that reruns just it.
 
         >>> import torch, torch.distributed as dist
         >>> class GridTest(DTensorTestBase):
@@ -328,29 +272,12 @@ class DTensorTestBase(unittest.TestCase):
         >>> GridTest("test_grid").run().wasSuccessful()
         True
         """
-        ctx = rank_context.get()
-        if ctx is None:
+        __tracebackhide__ = True
+        if rank_context.get() is None:
             raise RuntimeError("run_subtests must be called inside a test method, on the "
                                "simulated ranks; it was called outside them")
-        rank = ctx[1]
-        current = _current_run.get()
-        keys = list(subtest_config)
-        index = itertools.count()  # this rank's count; every rank walks the grid in one order
-
-        def one(**combo: Any) -> None:
-            i = next(index)
-            try:
-                test_fn(*test_args, **test_kwargs, **combo)
-            except RankFailedError:
-                raise  # another rank failed this combination; that rank records it
-            except Exception as e:
-                if current is not None:
-                    blame = None if isinstance(e, SimpgError) else rank
-                    values = tuple((k, combo[k]) for k in keys)
-                    current.record(_SubtestFailure(i, values, blame, _format_error(e)))
-                raise
-
-        run_subtests(subtest_config, one)
+        # every rank raises the same merged report (Note [one report for the whole world])
+        run_subtests(subtest_config, test_fn, *test_args, _title=self.id(), **test_kwargs)
 
     def subTest(self, *args: Any, **params: Any) -> Any:
         """unittest's ``subTest`` on the calling thread; on a rank, a failure inside it is
@@ -425,13 +352,11 @@ class DTensorTestBase(unittest.TestCase):
         if rank_context.get() is not None:
             raise RuntimeError(f"{self.id()} was called on a simulated rank; a test method runs "
                                "its own world and must be called from outside one")
-        current = _TestRun(self.id(), self.world_size)
         hand_over = thread_local_state(self)
         if self.dtensor_lib is None:  # this test's choice, readable as self.dtensor_lib
             self.dtensor_lib = choose_library(test, type(self)).lib  # type: ignore[misc]
 
         def rank_body() -> None:
-            _current_run.set(current)
             _fresh_torch_caches()
             torch.manual_seed(SEED)
             mine = copy.copy(self)
@@ -449,14 +374,6 @@ class DTensorTestBase(unittest.TestCase):
                     _kept_world(self).run_on_ranks(rank_body)
                 else:
                     run(rank_body, self.world_size, timeout=self.timeout)
-        except BaseException as e:
-            if not current.subtest_failures:
-                raise
-            # each rank raises only the combinations it failed: report all of them together
-            if isinstance(e, SubtestsFailed):
-                raise current.report() from None
-            e.add_note(f"[simpg.testing] earlier, {current.report()}")
-            raise
         finally:
             _reset_torch_rng_tracker()
 

@@ -171,7 +171,7 @@ def test_every_failing_subtest_is_reported_with_its_rank_and_values():
     result = _run(GridFails, "test_grid")
     assert len(result.failures) == 1 and not result.errors
     text = _report(result)
-    assert "test_grid: 2 failing subtest(s) on 4 simulated ranks" in text
+    assert "test_grid: 2 failing subtest(s) of 4 on 4 simulated ranks" in text
     assert "[placement=Shard(dim=0), n=3] failed on rank 1 of 4" in text
     assert "[placement=Replicate(), n=4] failed on rank 3 of 4" in text
     assert "on purpose 1" in text and "on purpose 3" in text
