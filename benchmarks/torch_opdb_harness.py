@@ -133,7 +133,7 @@ def _repurposed(ops: list, cls_name: str) -> list:
     return out
 
 
-def test_class(mode: str, ops: list) -> type:
+def build_test_class(mode: str, ops: list) -> type:
     """The instantiated CPU test class of ``mode`` with one test per OpInfo of ``ops``."""
     import torch
     import torch.distributed as dist
@@ -213,7 +213,7 @@ class _Timed(unittest.TestResult):
 def run_tests(mode: str, ops: list) -> tuple[float, dict[str, str]]:
     """Run ``mode``'s tests of ``ops``, quietly: the wall seconds they took and each OpInfo's
     outcome (pass, fail, or skip where op_db skips it here; no test without float32)."""
-    suite = unittest.TestLoader().loadTestsFromTestCase(test_class(mode, ops))
+    suite = unittest.TestLoader().loadTestsFromTestCase(build_test_class(mode, ops))
     by_test = {f"test_dtensor_op_db_{op.formatted_name}_cpu_float32": _key(op) for op in ops}
     outcomes = {by_test[t._testMethodName]: "pass" for t in suite}  # (a suite drops its run tests)
     result = _Timed()
