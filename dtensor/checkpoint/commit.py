@@ -5,7 +5,7 @@ Note [commit]
 which holds one safetensors file per writing rank and ``metadata.json``. A save:
 
 1. rank 0 makes a new version directory (the staging name: nothing points at it);
-2. every rank writes its file there and fsyncs it;
+2. every rank writes its file there and makes it durable (``fdatasync``);
 3. every rank sends rank 0 its manifest, or its error (``gather_object``: after it, every
    rank's file is durable);
 4. rank 0 checks them, writes ``metadata.json`` (temporary name, fsync, rename), fsyncs the

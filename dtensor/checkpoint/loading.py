@@ -91,7 +91,7 @@ def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> 
         entry = body["tensors"].get(key)
         if entry is None:
             _missing(body, key, where, "a tensor")
-        counts["chunks"] += _fill_tensor(reader, key, entry, target, where)
+        counts["chunks"] += _fill_tensor(reader, key, entry, target, where, planned)
 
     def load_value(key: str, old: Any) -> Any:
         if key in body["values"]:
@@ -99,7 +99,8 @@ def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> 
         _missing(body, key, where, f"the value {old!r:.40}")
 
     try:
-        reader.prefetch(_wanted(state, body))
+        planned: dict[str, tuple[torch.Tensor, list]] = {}  # key -> (target, its chunks)
+        reader.prefetch(_wanted(state, body, planned))
         fill(state, load_tensor, load_value)
     finally:
         reader.close()
@@ -126,10 +127,12 @@ def _missing(body: dict, key: str, where: str, what: str) -> None:
                           f"values", file=where, key=key)
 
 
-def _wanted(state: dict, body: dict) -> Iterator[tuple[str, str, str]]:
+def _wanted(state: dict, body: dict,
+            planned: dict[str, tuple[torch.Tensor, list]]) -> Iterator[tuple[str, str, str]]:
     """(file, chunk name, key) of every chunk this rank's load will read, in read order
-    (Note [prefetch]); tensors that will not load (missing, mismatched, damaged metadata)
-    are left out: their errors come from the load itself."""
+    (Note [prefetch]), each tensor's chunks kept in ``planned`` for its fill; tensors that
+    will not load (missing, mismatched, damaged metadata) are left out: their errors come
+    from the load itself."""
     for key, kind, target in leaves(state):
         entry = body["tensors"].get(key) if kind == "tensor" else None
         if not isinstance(entry, dict) or list(target.shape) != entry.get("shape"):
@@ -141,6 +144,7 @@ def _wanted(state: dict, body: dict) -> Iterator[tuple[str, str, str]]:
             needed = list(_needed(entry, view.box(), key, ""))
         except (CheckpointError, KeyError, TypeError, ValueError):
             continue
+        planned[key] = (target, needed)
         for p, cbox, _ in needed:
             yield p["file"], chunk_name(key, cbox), key
 
@@ -163,8 +167,8 @@ def _needed(entry: dict, box: tuple, key: str, where: str) -> Iterator[tuple[dic
             yield p, cbox, p["crc32"][i]
 
 
-def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,
-                 where: str) -> int:
+def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor, where: str,
+                 planned: dict[str, tuple[torch.Tensor, list]]) -> int:
     """Copy the saved tensor's part that ``target``'s piece holds into it; chunks read."""
     view, local = view_of(target, key)
     shape, dtype = tuple(entry["shape"]), dtype_from_name(entry["dtype"])
@@ -180,7 +184,10 @@ def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor,
             return 0
         box = view.box()
         covered = chunks = 0
-        for p, cbox, crc in _needed(entry, box, key, where):
+        plan = planned.get(key)
+        needed = plan[1] if plan is not None and plan[0] is target else \
+            _needed(entry, box, key, where)
+        for p, cbox, crc in needed:
             chunk = reader.read(p["file"], chunk_name(key, cbox), key, dtype,
                                 tuple(b - a for a, b in cbox), int(crc))
             common = box_intersect(cbox, box)
