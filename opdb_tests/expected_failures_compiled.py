@@ -20,31 +20,151 @@ SWEPT: dict[str, float] = {
     'geometric': 4.2,
     'log_normal': 1.8,
     'normal.in_place': 2.2,
+    'uniform': 3.6,
+    'clamp_max': 16.2,
+    'clamp_min': 12.5,
     'mul': 15.8,
     'sub': 18.5,
+    'addmm': 17.9,
+    'addmm.decomposed': 17.7,
+    'addmv': 14.5,
+    'addbmm': 20.1,
+    'baddbmm': 9.8,
     'dot': 30.9,
+    'vdot': 5.6,
+    'bmm': 13.1,
+    'mv': 7.5,
+    'addr': 50.2,
+    'addcmul': 37.1,
     'addcdiv': 46.7,
+    'asin': 18.7,
+    'asinh': 24.0,
+    'atan': 15.9,
+    'atan2': 9.4,
+    'atanh': 11.6,
+    'allclose': 1.3,
     'broadcast_to': 36.7,
+    'broadcast_tensors': 12.2,
+    'block_diag': 36.0,
+    'bitwise_not': 7.4,
+    'bitwise_left_shift': 6.7,
+    'bitwise_right_shift': 8.9,
+    'combinations': 2.4,
     'cartesian_prod': 6.8,
+    'cdist': 26.3,
+    'ceil': 11.5,
+    'cholesky': 24.1,
+    'cholesky_inverse': 14.6,
+    'cholesky_solve': 17.8,
     'chunk': 45.5,
+    'unsafe_chunk': 11.5,
     'clone': 19.5,
+    'contiguous': 5.7,
+    'sum_to_size': 4.7,
+    'clamp': 25.5,
+    'positive': 6.0,
     'conj': 36.1,
+    'conj_physical': 10.3,
+    'resolve_conj': 13.3,
+    'resolve_neg': 5.8,
+    'view_as_real': 3.3,
+    'view_as_complex': 4.6,
+    'complex': 18.4,
     'copysign': 21.7,
+    'corrcoef': 9.7,
+    'cos': 30.1,
+    'cosh': 18.4,
+    'cov': 7.2,
+    'cross': 41.1,
     'cumsum': 30.6,
+    'cumprod': 80.5,
+    'cummax': 41.6,
+    'cummin': 41.9,
+    'deg2rad': 25.4,
+    'diff': 23.8,
+    'div.no_rounding_mode': 17.6,
     'div.trunc_rounding': 16.2,
+    'div.floor_rounding': 15.9,
+    'true_divide': 17.7,
+    'equal': 3.4,
     'exp': 22.1,
+    'expand': 36.0,
+    'expand_as': 38.5,
     'expand_copy': 33.9,
+    'diag': 32.6,
+    'diag_embed': 57.5,
+    'diagonal': 60.2,
+    'diagonal_copy': 45.0,
+    'diagonal_scatter': 45.4,
     'alias_copy': 23.5,
+    'eq': 3.7,
+    'fmax': 11.7,
+    'fmin': 9.7,
+    'fmod': 8.0,
+    'remainder': 7.7,
+    'frac': 6.6,
     'stft': 94.0,
+    'istft': 16.6,
+    'floor': 10.1,
+    'flip': 8.2,
+    'fliplr': 6.0,
+    'flipud': 12.4,
+    'i0': 9.1,
     'floor_divide': 9.3,
+    'frexp': 9.0,
+    'log1p': 7.3,
+    'ge': 3.6,
+    'geqrf': 1.4,
+    'gt': 2.3,
     'imag': 18.7,
+    'gradient': 10.5,
+    'isin': 7.3,
+    'kthvalue': 9.3,
+    'le': 6.3,
+    'linspace.tensor_overload': 0.5,
+    'logspace.tensor_overload': 1.0,
     'log': 28.9,
+    'log10': 5.2,
+    'log2': 11.8,
+    'ldexp': 3.7,
+    'logaddexp': 6.6,
+    'logaddexp2': 13.9,
+    'logical_not': 5.6,
     'lt': 14.7,
+    'lu_unpack': 9.5,
+    'lu': 20.3,
+    'lu_solve': 20.6,
+    'masked_fill': 15.8,
+    'masked_scatter': 6.2,
     'masked_select': 8.9,
+    'matrix_exp': 34.6,
+    'matmul': 14.5,
+    'max.reduction_with_dim': 16.2,
+    'max.reduction_no_dim': 9.0,
+    'median': 14.0,
+    'nanmedian': 13.9,
     'var_mean': 19.3,
+    'var_mean.unbiased': 23.5,
+    'std_mean': 27.2,
+    'std_mean.unbiased': 19.6,
+    'meshgrid.variadic_tensors': 6.0,
+    'meshgrid.list_of_tensors': 8.9,
+    'min.reduction_with_dim': 19.3,
     'min.reduction_no_dim': 27.6,
+    'quantile': 15.8,
+    'nanquantile': 15.6,
+    'max.binary': 14.4,
+    'maximum': 16.0,
+    'min.binary': 15.6,
     'minimum': 9.8,
+    'logical_and': 9.2,
+    'logical_or': 8.4,
+    'logical_xor': 6.3,
+    'bitwise_and': 2.8,
+    'bitwise_or': 2.8,
+    'bitwise_xor': 2.8,
     'heaviside': 7.6,
+    'lcm': 4.5,
     'nn.functional.softmin': 14.8,
     'nn.functional.normalize': 31.0,
     'native_layer_norm': 35.5,
@@ -133,6 +253,42 @@ SWEPT: dict[str, float] = {
 }
 
 EXPECTED: dict[tuple[str, str], dict[str, str]] = {
+    # -- DataDependentOutputException outside dispatch
+    ('allclose', 'compiled'): {
+        'DataDependentOutputException outside dispatch': 'allclose[R;R]@mesh(2): DataDependentOutputException: aten.allclose.default',
+    },
+    ('allclose', 'dynamic'): {
+        'DataDependentOutputException outside dispatch': 'allclose[R;R]@mesh(2): DataDependentOutputException: aten.allclose.default',
+    },
+    ('corrcoef', 'compiled'): {
+        'DataDependentOutputException outside dispatch': 'corrcoef[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('corrcoef', 'compiled_backward'): {
+        'DataDependentOutputException outside dispatch': 'corrcoef[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('corrcoef', 'resized'): {
+        'DataDependentOutputException outside dispatch': 'corrcoef[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('cov', 'compiled'): {
+        'DataDependentOutputException outside dispatch': 'cov[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('cov', 'compiled_backward'): {
+        'DataDependentOutputException outside dispatch': 'cov[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('cov', 'resized'): {
+        'DataDependentOutputException outside dispatch': 'cov[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('equal', 'compiled'): {
+        'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('equal', 'resized'): {
+        'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    # -- DataDependentOutputException outside dispatch, DynamicShapeError outside dispatch
+    ('equal', 'dynamic'): {
+        'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
+        'DynamicShapeError outside dispatch': 'equal[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     # -- DynamicShapeError outside dispatch
     ('__radd__', 'dynamic'): {
         'DynamicShapeError outside dispatch': '__radd__[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -155,8 +311,26 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('add', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'add[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('addbmm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'addbmm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('addcdiv', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'addcdiv[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('addcmul', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'addcmul[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('addmm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'addmm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('addmm.decomposed', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'addmm.decomposed[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('addmv', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'addmv[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('addr', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'addr[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('alias_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'alias_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -167,6 +341,51 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('argsort', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'argsort[R]@mesh(2): DynamicShapeError: a DTensor ([R] (8000,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('asin', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'asin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('asinh', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'asinh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('atan', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'atan[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('atan2', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'atan2[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('atanh', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'atanh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('baddbmm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'baddbmm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 10) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bitwise_and', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bitwise_and[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bitwise_left_shift', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bitwise_left_shift[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bitwise_not', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bitwise_not[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bitwise_or', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bitwise_or[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bitwise_right_shift', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bitwise_right_shift[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bitwise_xor', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bitwise_xor[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('block_diag', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'block_diag[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 5) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('bmm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'bmm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 5, 10) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('broadcast_tensors', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'broadcast_tensors[R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('broadcast_to', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'broadcast_to[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -176,8 +395,32 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('cat', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cat[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s35, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('cdist', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cdist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 2) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('ceil', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'ceil[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cholesky', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cholesky[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cholesky_inverse', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cholesky_inverse[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 2, 2) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cholesky_solve', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cholesky_solve[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 2, 2) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('chunk', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'chunk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('clamp', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'clamp[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('clamp_max', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'clamp_max[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('clamp_min', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'clamp_min[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('clone', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'clone[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -185,17 +428,71 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('column_stack', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'column_stack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2, 1) torch.float32) was traced with symbolic sizes (s35, s16, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('complex', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'complex[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('conj', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'conj[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('conj_physical', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'conj_physical[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('contiguous', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'contiguous[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('copysign', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'copysign[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('corrcoef', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'corrcoef[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cos', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cos[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cosh', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cosh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cov', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cov[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cross', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cross[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cummax', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cummax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cummin', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cummin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('cumprod', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'cumprod[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('cumsum', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cumsum[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('deg2rad', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'deg2rad[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diag', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diag[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diag_embed', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diag_embed[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('diagflat', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'diagflat[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diagonal', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diagonal[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diagonal_copy', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diagonal_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diagonal_scatter', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diagonal_scatter[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('diff', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'diff[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('digamma', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'digamma[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -203,14 +500,29 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('dist', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'dist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('div.floor_rounding', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'div.floor_rounding[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('div.no_rounding_mode', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'div.no_rounding_mode[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('div.trunc_rounding', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'div.trunc_rounding[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('dot', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'dot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('eq', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'eq[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('exp', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'exp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('expand', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'expand[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('expand_as', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'expand_as[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('expand_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'expand_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -224,14 +536,53 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('fft.ihfft', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'fft.ihfft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 6, 7) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('flip', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'flip[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('fliplr', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fliplr[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('flipud', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'flipud[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('float_power', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'float_power[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('floor', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'floor[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('floor_divide', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'floor_divide[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('fmax', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fmax[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('fmin', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fmin[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('fmod', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'fmod[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('frac', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'frac[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('frexp', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'frexp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('ge', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'ge[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('geqrf', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'geqrf[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('gradient', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'gradient[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('grid_sampler_3d', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'grid_sampler_3d[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 1, 2, 2, 2) torch.float32) was traced with symbolic sizes (1, 1, s69, s87, s35): dtensor supports static shapes only; compile with torch.compile(..., dy',
+    },
+    ('gt', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'gt[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('half', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'half[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -239,17 +590,38 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('heaviside', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'heaviside[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('i0', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'i0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('imag', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'imag[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.complex128) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('index_put', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'index_put[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('isin', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'isin[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('isinf', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'isinf[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('istft', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'istft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 2) torch.complex128) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('kron', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'kron[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('kthvalue', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'kthvalue[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('lcm', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'lcm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('ldexp', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'ldexp[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('le', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'le[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('linalg.ldl_factor', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'linalg.ldl_factor[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -266,20 +638,95 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('log', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'log[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('log10', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'log10[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('log1p', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'log1p[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('log2', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'log2[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('logaddexp', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'logaddexp[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('logaddexp2', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'logaddexp2[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('logical_and', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'logical_and[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('logical_not', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'logical_not[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('logical_or', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'logical_or[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('logical_xor', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'logical_xor[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('lt', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'lt[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('lu', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'lu[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('lu_solve', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'lu_solve[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('lu_unpack', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'lu_unpack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('masked.softmax', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'masked.softmax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('masked_fill', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'masked_fill[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('masked_scatter', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'masked_scatter[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('masked_select', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'masked_select[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('matmul', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'matmul[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('matrix_exp', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'matrix_exp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('max.binary', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'max.binary[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('max.reduction_no_dim', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'max.reduction_no_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
+    },
+    ('max.reduction_with_dim', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'max.reduction_with_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
+    },
+    ('maximum', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'maximum[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('mean', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('median', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'median[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('meshgrid.list_of_tensors', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'meshgrid.list_of_tensors[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s35,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('meshgrid.variadic_tensors', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'meshgrid.variadic_tensors[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('min.binary', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'min.binary[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('min.reduction_no_dim', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'min.reduction_no_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
+    },
+    ('min.reduction_with_dim', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'min.reduction_with_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
     },
     ('minimum', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'minimum[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -290,8 +737,17 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('mul', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mul[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('mv', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'mv[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('mvlgamma.mvlgamma_p_3', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mvlgamma.mvlgamma_p_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nanmedian', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nanmedian[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('nanquantile', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'nanquantile[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('native_layer_norm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'native_layer_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fals',
@@ -356,11 +812,26 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('polygamma.polygamma_n_3', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'polygamma.polygamma_n_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('positive', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'positive[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('quantile', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'quantile[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('reciprocal', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'reciprocal[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('remainder', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'remainder[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('renorm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'renorm[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('resolve_conj', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'resolve_conj[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('resolve_neg', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'resolve_neg[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('round.decimals_0', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'round.decimals_0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -395,6 +866,12 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('special.spherical_bessel_j0', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'special.spherical_bessel_j0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('std_mean', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'std_mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('std_mean.unbiased', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'std_mean.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('stft', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'stft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (100,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -403,6 +880,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('sum', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'sum[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('sum_to_size', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'sum_to_size[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('t', 'dynamic'): {
         'DynamicShapeError outside dispatch': 't[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -416,8 +896,14 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('transpose_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'transpose_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('true_divide', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'true_divide[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('unbind_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'unbind_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('unsafe_chunk', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'unsafe_chunk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('unsqueeze', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'unsqueeze[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -428,11 +914,23 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('var_mean', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'var_mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
+    ('var_mean.unbiased', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'var_mean.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('vdot', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'vdot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
     ('view', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'view[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('view_as', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'view_as[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('view_as_complex', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'view_as_complex[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    },
+    ('view_as_real', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'view_as_real[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.complex128) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('vsplit', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'vsplit[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -447,6 +945,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('resize_as_', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'resize_as_[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
         'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    # -- DynamicShapeError outside dispatch, no rule
+    ('combinations', 'dynamic'): {
+        'DynamicShapeError outside dispatch': 'combinations[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     # -- Unsupported outside dispatch
     ('cauchy', 'compiled'): {
@@ -521,12 +1024,65 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('resize_as_', 'resized'): {
         'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
     },
+    ('uniform', 'compiled'): {
+        'Unsupported outside dispatch': 'uniform[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('uniform', 'dynamic'): {
+        'Unsupported outside dispatch': 'uniform[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
+    ('uniform', 'resized'): {
+        'Unsupported outside dispatch': 'uniform[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
     # -- no rule
     ('_segment_reduce.lengths', 'compiled'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('_segment_reduce.lengths', 'compiled_backward'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('combinations', 'compiled'): {
+        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('combinations', 'compiled_backward'): {
+        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('combinations', 'resized'): {
+        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('geqrf', 'compiled'): {
+        'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('geqrf', 'resized'): {
+        'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('linspace.tensor_overload', 'compiled'): {
+        'no rule: aten.linspace.Tensor_Tensor': "linspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.linspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('linspace.tensor_overload', 'dynamic'): {
+        'no rule: aten.linspace.Tensor_Scalar': "linspace.tensor_overload[R]@mesh(2): NoShardingRuleError: aten.linspace.Tensor_Scalar has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten.linspace.Tensor_Tensor': "linspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.linspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('linspace.tensor_overload', 'resized'): {
+        'no rule: aten.linspace.Tensor_Scalar': "linspace.tensor_overload[R]@mesh(2): NoShardingRuleError: aten.linspace.Tensor_Scalar has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('logspace.tensor_overload', 'compiled'): {
+        'no rule: aten.logspace.Tensor_Tensor': "logspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.logspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('logspace.tensor_overload', 'dynamic'): {
+        'no rule: aten.logspace.Tensor_Scalar': "logspace.tensor_overload[R]@mesh(2): NoShardingRuleError: aten.logspace.Tensor_Scalar has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten.logspace.Tensor_Tensor': "logspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.logspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('logspace.tensor_overload', 'resized'): {
+        'no rule: aten.logspace.Tensor_Scalar': "logspace.tensor_overload[R]@mesh(2): NoShardingRuleError: aten.logspace.Tensor_Scalar has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_scatter', 'compiled'): {
+        'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_scatter', 'compiled_backward'): {
+        'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_scatter', 'resized'): {
+        'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('masked_select', 'compiled'): {
         'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
