@@ -191,7 +191,12 @@ class _File:
             raise ValueError(f"stage_bytes={stage_bytes}: expected a multiple of {ALIGN}, "
                              f"at least {2 * ALIGN}")
         self.size = size
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        # a small file fits in one buffer, with ALIGN to spare for a part carried over
+        stage = min(stage_bytes, size + -size % ALIGN + ALIGN)
+        self.buffers = [_take(stage) for _ in range(BUFFERS if stage == stage_bytes else 1)]
+        self.limit = stage - ALIGN  # the largest part put at once (see _flush)
+        self.views = [memoryview(b.numpy()) for b in self.buffers]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # last: nothing after it may fail
         self.fd = -1
         if direct and _O_DIRECT:
             try:
@@ -202,11 +207,6 @@ class _File:
         self.direct = self.fd >= 0
         if not self.direct:
             self.fd = os.open(path, flags, 0o644)
-        # a small file fits in one buffer, with ALIGN to spare for a part carried over
-        stage = min(stage_bytes, size + -size % ALIGN + ALIGN)
-        self.buffers = [_take(stage) for _ in range(BUFFERS if stage == stage_bytes else 1)]
-        self.limit = stage - ALIGN  # the largest part put at once (see _flush)
-        self.views = [memoryview(b.numpy()) for b in self.buffers]
         self.pending: list[Future | None] = [None] * len(self.buffers)
         self.current = 0  # index of the buffer being filled
         self.fill = 0  # bytes in it
