@@ -44,17 +44,7 @@ def program() -> dict[str, torch.Tensor]:
     return out
 
 
-def main(argv: list[str]) -> None:
-    rank, world_size, port, out_path = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
-    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                            timeout=TIMEOUT)
-    try:
-        torch.save(program(), out_path)
-        dist.barrier()  # nobody tears down gloo while a peer still connects
-    finally:
-        dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from gloo_main import run_as_gloo_rank
+
+    run_as_gloo_rank(program, sys.argv[1:], TIMEOUT)
