@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import simpg  # noqa: E402
+from benchmarks import conditions  # noqa: E402
 from simpg.testing import torch_meshes_per_rank  # noqa: E402
 
 LIBS = ("ours", "torch")
@@ -137,12 +138,14 @@ def measure(compiled: bool, args: argparse.Namespace) -> dict[str, dict[str, Any
     for lib in LIBS:
         steps = [max(r[lib][1][i] for r in ranks) for i in range(args.steps)]  # slowest rank
         out[lib] = {"losses": ranks[0][lib][0], "first_s": steps[0],
-                    "step_ms": 1e3 * statistics.median(steps[1:])}
+                    "step_ms": 1e3 * statistics.median(steps[1:]),
+                    "steps_ms": [1e3 * s for s in steps[1:]]}
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    machine = conditions.Conditions()
     torch._dynamo.config.recompile_limit = max(8, 2 * args.tp)  # one graph per rank
     rows = {}
     for compiled in (False, True):
@@ -161,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"{r['first_s']:13.2f} {diff:19.2e}")
     ours, theirs = rows["ours", True]["step_ms"], rows["torch", True]["step_ms"]
     print(f"compiled step, ours/torch: {ours / theirs:.2f}")
+    spread = "; ".join(f"{lib} {'compiled' if compiled else 'eager'} "
+                       f"{conditions.spread(rows[lib, compiled]['steps_ms'])}"
+                       for lib in LIBS for compiled in (False, True))
+    print(f"\n{machine.footer('step ms over the later steps: ' + spread)}")
 
 
 if __name__ == "__main__":

@@ -30,30 +30,31 @@ import dtensor
 import simpg
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import conditions
     import readme_figures
 except ImportError:
-    from benchmarks import readme_figures
+    from benchmarks import conditions, readme_figures
 
 warnings.filterwarnings("ignore")
 N = 8
 
 
-def _time(fn: Callable[[], Any], iters: int, rounds: int, collective: bool) -> float:
-    """µs per call, best of ``rounds``. A local op is timed in CPU time of the calling thread
-    (what dispatch costs it, unmoved by other work on the shared cores); a collective in wall
-    time, since it includes waiting for the other ranks."""
+def _time(fn: Callable[[], Any], iters: int, rounds: int, collective: bool) -> list[float]:
+    """µs per call in each of ``rounds`` (the figure is their best). A local op is timed in
+    CPU time of the calling thread (what dispatch costs it, unmoved by other work on the
+    shared cores); a collective in wall time, since it includes waiting for the other ranks."""
     clock = time.perf_counter_ns if collective else time.thread_time_ns
     for _ in range(20):
         fn()
-    best = float("inf")
+    times = []
     for _ in range(rounds):
         if collective:
             dist.barrier()
         t0 = clock()
         for _ in range(iters):
             fn()
-        best = min(best, (clock() - t0) / iters)
-    return best / 1e3
+        times.append((clock() - t0) / iters / 1e3)
+    return times
 
 
 # rows whose op is a collective: every rank takes part; the others run on rank 0 alone
@@ -129,17 +130,19 @@ class _Floor(torch.Tensor):
 
 
 def _time_rows(cases: dict[str, Callable[[], Any]], iters: int, rounds: int,
-               column: str, out: dict[str, dict[str, float]], distributed: bool = True) -> None:
+               column: str, out: dict[str, dict[str, list[float]]],
+               distributed: bool = True) -> None:
+    """Append each row's round times (µs per call) for ``column`` to ``out``."""
     for name, fn in cases.items():
         collective = distributed and name in COLLECTIVE
         if collective or dist.get_rank() == 0:
-            row = out.setdefault(name, {})
-            row[column] = min(row.get(column, float("inf")),
-                              _time(fn, iters, rounds, collective=collective))
+            out.setdefault(name, {}).setdefault(column, []).extend(
+                _time(fn, iters, rounds, collective=collective))
 
 
 def body(iters: int, rounds: int, passes: int
-         ) -> tuple[dict[str, dict[str, float]], float] | None:
+         ) -> tuple[dict[str, dict[str, list[float]]], list[float]] | None:
+    """Every row's round times (µs per call) by column, and the floor's, on rank 0."""
     from torch.distributed import device_mesh as torch_mesh
     from torch.distributed import tensor as torch_dt
     from torch.distributed.tensor.experimental import implicit_replication
@@ -148,7 +151,7 @@ def body(iters: int, rounds: int, passes: int
     theirs_mesh = torch_mesh.init_device_mesh("cpu", (4,))
     ours = _cases(dtensor, ours_mesh, dtensor.Shard, dtensor.Replicate)
     theirs = _cases(torch_dt, theirs_mesh, torch_dt.Shard, torch_dt.Replicate)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, list[float]]] = {}
     for _ in range(passes):
         with dtensor.fallback_policy("silent"):
             _time_rows(ours, iters, rounds, "ours", out)
@@ -169,7 +172,10 @@ def main() -> None:
     args = parser.parse_args()
     iters, rounds, passes = (50, 3, 2) if args.quick else (300, 3, 4)
     torch.set_num_threads(1)
-    figures, floor = simpg.run(body, 4, iters, rounds, passes, timeout=600)[0]
+    machine = conditions.Conditions()
+    times, floor_times = simpg.run(body, 4, iters, rounds, passes, timeout=600)[0]
+    figures = {name: {col: min(t) for col, t in row.items()} for name, row in times.items()}
+    floor = min(floor_times)
     flag = " --quick" if args.quick else ""
     with readme_figures.tee() as report:
         print(f"command: .venv/bin/python benchmarks/bench_dispatch.py{flag}")
@@ -186,6 +192,8 @@ def main() -> None:
               f"torch's DTensor dispatches in C++.\nLocal rows: CPU time of rank 0's thread; "
               f"collective rows: wall time; best of {passes} alternating passes x {rounds} "
               f"rounds x {iters} calls; torch.set_num_threads(1).")
+        rounds_of = {f"{col} {name}": t for name, row in times.items() for col, t in row.items()}
+        print(f"\n{machine.footer(conditions.worst_over_best(rounds_of))}")
     if args.write_readme:
         readme_figures.write_readme("bench-dispatch", report.getvalue(),
                                     f".venv/bin/python benchmarks/bench_dispatch.py{flag} "

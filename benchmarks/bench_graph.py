@@ -60,11 +60,15 @@ from dtensor.graph.compute import FORMULAS, local_shape, op_flops  # noqa: E402
 from examples.models import bert, llama  # noqa: E402
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import conditions  # noqa: E402
     import readme_figures  # noqa: E402
 except ImportError:
-    from benchmarks import readme_figures  # noqa: E402
+    from benchmarks import conditions, readme_figures  # noqa: E402
 
 MESH = (2, 4)
+# what the spread line says: bytes and FLOPs are counted; only inference is timed, once
+NO_ROUNDS = ("none: bytes, FLOPs and parameter bytes are counted, the same on every run; "
+             "inference seconds are one run each")
 R = Replicate()
 
 
@@ -309,8 +313,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     command = " ".join([".venv/bin/python", "benchmarks/bench_graph.py", *argv])
+    machine = conditions.Conditions()
     with readme_figures.tee() as report:
         _report(args)
+        print(f"\n{machine.footer(NO_ROUNDS)}")
     if args.write_readme:
         readme_figures.write_readme("bench-graph", report.getvalue().strip(), command)
 

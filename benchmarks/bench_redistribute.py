@@ -37,9 +37,10 @@ import simpg
 from simpg.testing import torch_meshes_per_rank
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import conditions
     import readme_figures
 except ImportError:
-    from benchmarks import readme_figures
+    from benchmarks import conditions, readme_figures
 
 MESHES = ((4,), (2, 2), (2, 4))
 SHAPES = ((8, 4), (7, 5))
@@ -221,6 +222,11 @@ def tally(rows: list[tuple[Pair, int, Outcome, Outcome]]) -> dict[str, object]:
     return out
 
 
+# what the spread line says: the figures are bytes, not times
+NO_ROUNDS = ("none: bytes are counted from simpg's trace, the same on every run; the load "
+             "changes only how long the run takes")
+
+
 def fmt(p: tuple[str, ...]) -> str:
     return "[" + ",".join(p) + "]"
 
@@ -233,6 +239,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # torch warns and logs (CPU all_to_all fallback,
     logging.disable(logging.WARNING)  # gathers in several steps) on every rank for every pair
+    machine = conditions.Conditions()
     cases = [((2, 4), (7, 5))] if args.quick else list(itertools.product(MESHES, SHAPES))
     table, everything = [], []
     ops: dict[str, Counter[str]] = {lib: Counter() for lib in LIBS}
@@ -260,6 +267,7 @@ def main() -> None:
         for mesh_s, shape_s, t in table + [("total", "", totals)]:
             print(f"| {mesh_s} | {shape_s} | "
                   + " | ".join(str(t[k]) for k in COLUMNS) + " |")
+        print(f"\n{machine.footer(NO_ROUNDS)}")
     if args.write_readme:
         # the report's title would be a heading of the README: plain text there
         readme_figures.write_readme("bench-redistribute", report.getvalue().removeprefix("# "),

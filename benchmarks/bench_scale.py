@@ -36,9 +36,10 @@ import simpg
 from simpg.testing import torch_meshes_per_rank
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import conditions
     import readme_figures
 except ImportError:
-    from benchmarks import readme_figures
+    from benchmarks import conditions, readme_figures
 
 WORLD_SIZES = (2, 4, 8, 16, 32, 64)
 QUICK_WORLD_SIZES = (2, 4, 16, 64)
@@ -47,6 +48,7 @@ CASES = (("S(0)", "R"), ("R", "S(0)"), ("S(0)", "S(1)"), ("P", "R"))
 LIBS = ("ours", "torch")
 GROWTH_FROM = 4
 Timings = dict[tuple[str, tuple[int, int], str], float]  # (case, shape, lib) -> µs per call
+Rounds = dict[tuple[str, tuple[int, int], str], list[float]]  # the same, each round's
 
 
 def placement(lib: str, name: str) -> Any:
@@ -98,12 +100,13 @@ def time_loop(call: Callable[[], Any], calls: int) -> float:
 
 
 def rank_body(shapes: Sequence[tuple[int, int]], quick: bool,
-              repeat: tuple[int, int] | None = None) -> Timings:
-    """Every case on this rank; ``repeat`` (calls per round, rounds) overrides the counts."""
+              repeat: tuple[int, int] | None = None) -> Rounds:
+    """Every case's round times (µs per call) on this rank; ``repeat`` (calls per round,
+    rounds) overrides the counts."""
     n = dist.get_world_size()
     meshes = {"ours": dtensor.init_device_mesh("cpu", (n,)),
               "torch": torch_init_device_mesh("cpu", (n,))}
-    best: Timings = {}
+    times: Rounds = {}
     for shape in shapes:
         full = full_tensor_for(shape)
         calls, rounds = repeat or iterations(n, shape, quick)
@@ -117,14 +120,31 @@ def rank_body(shapes: Sequence[tuple[int, int]], quick: bool,
             for _ in range(rounds):
                 for lib in LIBS:
                     key = (f"{src}->{dst}", shape, lib)
-                    best[key] = min(best.get(key, float("inf")), time_loop(fns[lib], calls))
-    return {k: v * 1e6 for k, v in best.items()}
+                    times.setdefault(key, []).append(time_loop(fns[lib], calls) * 1e6)
+    return times
+
+
+def measure_rounds(world_size: int, shapes: Sequence[tuple[int, int]], quick: bool,
+                   repeat: tuple[int, int] | None = None) -> Rounds:
+    """Rank 0's round times (µs per call) of every case."""
+    with torch_meshes_per_rank():
+        return simpg.run(rank_body, world_size, shapes, quick, repeat, timeout=600)[0]
 
 
 def measure(world_size: int, shapes: Sequence[tuple[int, int]], quick: bool,
             repeat: tuple[int, int] | None = None) -> Timings:
-    with torch_meshes_per_rank():
-        return simpg.run(rank_body, world_size, shapes, quick, repeat, timeout=600)[0]
+    """Rank 0's best round (µs per call) of every case."""
+    return best_of(measure_rounds(world_size, shapes, quick, repeat))
+
+
+def best_of(rounds: Rounds) -> Timings:
+    return {k: min(v) for k, v in rounds.items()}
+
+
+def spread_text(by_size: dict[int, Rounds]) -> str:
+    return conditions.worst_over_best(
+        {f"{lib} {case} {shape[0]}x{shape[1]} at {n} ranks": t
+         for n, rounds in by_size.items() for (case, shape, lib), t in rounds.items()})
 
 
 def report(by_size: dict[int, Timings], shapes: Sequence[tuple[int, int]]) -> None:
@@ -159,10 +179,12 @@ def main() -> None:
     logging.disable(logging.WARNING)
     sizes = QUICK_WORLD_SIZES if args.quick else WORLD_SIZES
     shapes = SHAPES[:1] if args.quick else SHAPES
-    by_size = {}
+    machine = conditions.Conditions()
+    rounds_by_size = {}
     for n in sizes:
-        by_size[n] = measure(n, shapes, args.quick)
+        rounds_by_size[n] = measure_rounds(n, shapes, args.quick)
         print(f"{n} ranks measured", file=sys.stderr)
+    by_size = {n: best_of(r) for n, r in rounds_by_size.items()}
     with readme_figures.tee() as out:
         print(f"# redistribute time by world size: ours vs torch.distributed.tensor "
               f"{torch.__version__}")
@@ -170,6 +192,7 @@ def main() -> None:
               f"{datetime.datetime.now().isoformat(timespec='seconds')}; float32, 1-D mesh, "
               f"both on simpg in one world; µs per call on rank 0, best of rounds\n")
         report(by_size, shapes)
+        print(f"\n{machine.footer(spread_text(rounds_by_size))}")
     if args.write_readme:
         readme_figures.write_readme("bench-scale", out.getvalue().removeprefix("# "),
                                     " ".join([".venv/bin/python", "benchmarks/bench_scale.py",

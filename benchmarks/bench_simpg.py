@@ -23,6 +23,7 @@ import json
 import os
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,9 +36,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import conditions
     import readme_figures
 except ImportError:
-    from benchmarks import readme_figures
+    from benchmarks import conditions, readme_figures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4, 8)
@@ -46,6 +48,7 @@ BACKENDS = ("simpg", "torch_mt", "gloo")
 SMALL = 256  # float32 elements: 1 KB
 LARGE = 1 << 20  # float32 elements: 4 MB
 Figures = dict[str, float]
+SPREAD = ":spread"  # a figure's key + SPREAD: its slowest round's mean over its fastest's
 
 
 def repeats(quick: bool) -> dict[str, int]:
@@ -62,18 +65,28 @@ def _check(ok: bool, what: str) -> None:
         raise RuntimeError(f"rank {dist.get_rank()}: wrong result from {what}")
 
 
-def _best_mean_s(loop: Callable[[int], Any], iters: int, rounds: int) -> float:
-    """Best of ``rounds`` timed loops of ``iters`` each: other work shares these cores in
-    bursts, and a round that a burst slowed tells nothing about the backend."""
-    best = float("inf")
+def _rounds_s(loop: Callable[[int], Any], iters: int, rounds: int) -> list[float]:
+    """Mean seconds per iteration of each of ``rounds`` timed loops of ``iters`` each."""
+    means = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         loop(iters)
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best
+        means.append((time.perf_counter() - t0) / iters)
+    return means
 
 
-def _per_call_s(call: Callable[[], Any], iters: int, warmup: int, rounds: int) -> float:
+def _best_mean_s(loop: Callable[[int], Any], iters: int, rounds: int) -> float:
+    """Best of ``rounds`` timed loops of ``iters`` each: other work shares these cores in
+    bursts, and a round that a burst slowed tells nothing about the backend."""
+    return min(_rounds_s(loop, iters, rounds))
+
+
+def _worst_over_best(means: list[float]) -> float:
+    return max(means) / min(means)
+
+
+def _per_call_s(call: Callable[[], Any], iters: int, warmup: int, rounds: int) -> list[float]:
+    """Seconds per call in each round (the figure is their best)."""
     for _ in range(warmup):
         call()
 
@@ -82,7 +95,7 @@ def _per_call_s(call: Callable[[], Any], iters: int, warmup: int, rounds: int) -
         for _ in range(k):
             call()
 
-    return _best_mean_s(loop, iters, rounds)
+    return _rounds_s(loop, iters, rounds)
 
 
 def _switches_per_call(call: Callable[[], Any], iters: int) -> tuple[float, float]:
@@ -126,29 +139,40 @@ def rank_figures(reps: dict[str, int]) -> Figures | None:
     if rank != 0:
         return None
     return {
-        "all_reduce_1k_us": ar_small * 1e6,
+        "all_reduce_1k_us": min(ar_small) * 1e6,
         "all_reduce_1k_switches": switches[0],
         "all_reduce_1k_preempted": switches[1],
-        "all_gather_1k_us": ag_small * 1e6,
-        "all_reduce_4m_gbps": LARGE * 4 / ar_large / 1e9,
+        "all_gather_1k_us": min(ag_small) * 1e6,
+        "all_reduce_4m_gbps": LARGE * 4 / min(ar_large) / 1e9,
         # the least any all_reduce must do: read every rank's input once, write every output
-        "all_reduce_4m_moved_gbps": 2 * n * LARGE * 4 / ar_large / 1e9,
+        "all_reduce_4m_moved_gbps": 2 * n * LARGE * 4 / min(ar_large) / 1e9,
+        "all_reduce_1k_us" + SPREAD: _worst_over_best(ar_small),
+        "all_gather_1k_us" + SPREAD: _worst_over_best(ag_small),
+        "all_reduce_4m_gbps" + SPREAD: _worst_over_best(ar_large),
     }
+
+
+def sweep_figures(reps: dict[str, int]) -> Figures | None:
+    """1 KB all_reduce, µs per call on rank 0 (the sweep's one figure), and its spread."""
+    small = torch.zeros(SMALL)
+    iters = max(10, reps["small"] // dist.get_world_size())
+    per_call = _per_call_s(lambda: dist.all_reduce(small), iters, 5, reps["rounds"])
+    if dist.get_rank() != 0:
+        return None
+    return {"sweep_us": min(per_call) * 1e6, "sweep_us" + SPREAD: _worst_over_best(per_call)}
 
 
 def sweep_figure(reps: dict[str, int]) -> float | None:
     """1 KB all_reduce, µs per call on rank 0 (the sweep's one figure)."""
-    small = torch.zeros(SMALL)
-    iters = max(10, reps["small"] // dist.get_world_size())
-    per_call = _per_call_s(lambda: dist.all_reduce(small), iters, 5, reps["rounds"])
-    return per_call * 1e6 if dist.get_rank() == 0 else None
+    figures = sweep_figures(reps)
+    return None if figures is None else figures["sweep_us"]
 
 
 def _noop() -> None:
     """A world that only starts and stops: init/destroy happen around it."""
 
 
-def _start_stop_ms(run_world: Callable[[], Any], reps: dict[str, int]) -> float:
+def _start_stop_ms(run_world: Callable[[], Any], reps: dict[str, int]) -> Figures:
     for _ in range(5):
         run_world()
 
@@ -156,7 +180,8 @@ def _start_stop_ms(run_world: Callable[[], Any], reps: dict[str, int]) -> float:
         for _ in range(k):
             run_world()
 
-    return _best_mean_s(loop, reps["starts"], reps["rounds"]) * 1e3
+    means = _rounds_s(loop, reps["starts"], reps["rounds"])
+    return {"start_stop_ms": min(means) * 1e3, "start_stop_ms" + SPREAD: _worst_over_best(means)}
 
 
 # --- 1. simpg -------------------------------------------------------------------------------
@@ -168,9 +193,9 @@ def measure_simpg(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
     out = {}
     for n in SIZES:
         start = _start_stop_ms(lambda: simpg.run(_noop, n), reps)
-        out[n] = {"start_stop_ms": start, **simpg.run(rank_figures, n, reps)[0]}
+        out[n] = {**start, **simpg.run(rank_figures, n, reps)[0]}
     for n in SWEEP:
-        out[n] = {**out.get(n, {}), "sweep_us": simpg.run(sweep_figure, n, reps)[0]}
+        out[n] = {**out.get(n, {}), **simpg.run(sweep_figures, n, reps)[0]}
     return out
 
 
@@ -216,9 +241,9 @@ def measure_torch_mt(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
     out = {}
     for n in SIZES:
         start = _start_stop_ms(lambda: _run_threaded(_noop, n), reps)
-        out[n] = {"start_stop_ms": start, **_run_threaded(rank_figures, n, reps)[0]}
+        out[n] = {**start, **_run_threaded(rank_figures, n, reps)[0]}
     for n in SWEEP:
-        out[n] = {**out.get(n, {}), "sweep_us": _run_threaded(sweep_figure, n, reps)[0]}
+        out[n] = {**out.get(n, {}), **_run_threaded(sweep_figures, n, reps)[0]}
     return out
 
 
@@ -257,12 +282,15 @@ def measure_gloo(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
     for n in SIZES[:1] if quick else SIZES:  # 8 processes on 2 cores is slow to start
         # no warm-up: each world is new processes (interpreter and torch import included),
         # the cost a user of mp.spawn pays every time
-        start = _best_mean_s(lambda _: _spawn_gloo(n, None, None), 1, reps["gloo_starts"]) * 1e3
+        starts = _rounds_s(lambda _: _spawn_gloo(n, None, None), 1, reps["gloo_starts"])
+        start = {"start_stop_ms": min(starts) * 1e3}
+        if len(starts) > 1:  # one round has no spread
+            start["start_stop_ms" + SPREAD] = _worst_over_best(starts)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "rank0.json")
             _spawn_gloo(n, reps, path)
             with open(path) as f:
-                out[n] = {"start_stop_ms": start, **json.load(f)}
+                out[n] = {**start, **json.load(f)}
     return out
 
 
@@ -341,6 +369,23 @@ def print_table(results: dict[str, dict[int, Figures]], failed: list[str],
               "ranks" for n in SIZES if "simpg" in results) + ".")
 
 
+def spread_text(results: dict[str, dict[int, Figures]], reps: dict[str, int]) -> str:
+    """The spread of every figure's rounds, as the children measured it."""
+    labels = {key: label.split(" (")[0] for key, label, _ in ROWS} | {"sweep_us": "sweep"}
+    ratios = {f"{backend} {labels[key.removesuffix(SPREAD)]} at {n} ranks": figs[key]
+              for backend, by_n in results.items() for n, figs in by_n.items()
+              for key in figs if key.endswith(SPREAD)}
+    if not ratios:
+        return "no figure was measured"
+    worst = max(ratios, key=ratios.__getitem__)
+    per_backend = ", ".join(
+        f"{b} {statistics.median(v for k, v in ratios.items() if k.startswith(b + ' ')):.3g}"
+        for b in results if any(k.startswith(b + " ") for k in ratios))
+    return (f"slowest round / fastest round per figure: median {per_backend}; max "
+            f"{ratios[worst]:.3g} ({worst}); {reps['rounds']} rounds a figure, "
+            f"{reps['gloo_starts']} for a gloo start")
+
+
 def print_sweep(results: dict[str, dict[int, Figures]]) -> None:
     """Per-collective cost as the world grows: linear in ranks means a flat µs/rank column."""
     print()
@@ -357,6 +402,7 @@ def print_sweep(results: dict[str, dict[int, Figures]]) -> None:
 
 
 def main() -> None:
+    machine = conditions.Conditions()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no gloo at 8")
     parser.add_argument("--loaded", action="store_true",
@@ -393,6 +439,7 @@ def main() -> None:
         print_table(results, failed, [os.path.relpath(sys.executable), *sys.argv], memcpy,
                     args.loaded)
         print_sweep(results)
+        print(f"\n{machine.footer(spread_text(results, reps))}")
     if args.write_readme and not failed:
         readme_figures.write_readme("bench-simpg", report.getvalue(), " ".join(
             [".venv/bin/python", "benchmarks/bench_simpg.py", *sys.argv[1:]]))

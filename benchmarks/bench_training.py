@@ -75,9 +75,10 @@ from examples.models import llama  # noqa: E402
 from examples.train_report import collective_summary, unique_records  # noqa: E402
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
+    import conditions  # noqa: E402
     import readme_figures  # noqa: E402
 except ImportError:
-    from benchmarks import readme_figures  # noqa: E402
+    from benchmarks import conditions, readme_figures  # noqa: E402
 
 LIBS = ("ours", "torch")
 FULL = "fsdp+tp+sp+loss"  # fully sharded over dp, tensor + sequence + loss parallel over tp
@@ -340,10 +341,21 @@ def compare(args: argparse.Namespace) -> tuple[dict[str, Side], list[float]]:
     return {"ours": ours, "torch": torch_side}, single_device_losses(args)
 
 
+def _world_steps(side: Side) -> list[float]:
+    """A world's step: the slowest rank of each measured step (the warm-up left out)."""
+    return [max(r.step_s[i] for r in side.ranks) for i in range(1, len(side.ranks[0].step_s))]
+
+
 def _median_step(side: Side) -> float:
     """A world's step: the slowest rank of each measured step, median over the steps."""
-    per_step = [max(r.step_s[i] for r in side.ranks) for i in range(1, len(side.ranks[0].step_s))]
-    return statistics.median(per_step)
+    return statistics.median(_world_steps(side))
+
+
+def spread_text(sides: dict[str, Side]) -> str:
+    """min / median / max of each side's measured steps (the table shows the median)."""
+    return "step time (s) over the measured steps: " + "; ".join(
+        f"{lib} {conditions.spread(_world_steps(side))}" if side.ranks else f"{lib} did not run"
+        for lib, side in sides.items())
 
 
 def _max_rel_diff(losses: list[float], reference: list[float]) -> float:
@@ -476,8 +488,10 @@ def _fmt(x: float | None) -> str:
 
 
 def print_report(args: argparse.Namespace, sides: dict[str, Side], reference: list[float],
-                 *, simulated: bool, command: str) -> bool:
-    """The table, the losses per step and the verdict; True if both match one device."""
+                 *, simulated: bool, command: str,
+                 machine: conditions.Conditions | None = None) -> bool:
+    """The table (with the spread and machine lines under it if ``machine`` is given), the
+    losses per step and the verdict; True if both match one device."""
     cfg = args.config
     where = (f"{args.dp_size * args.tp_size} simulated ranks (simpg), one process"
              if simulated else "2 gloo processes on 127.0.0.1 (collectives not traced)")
@@ -499,6 +513,8 @@ def print_report(args: argparse.Namespace, sides: dict[str, Side], reference: li
     for name, o, t in rows(sides, reference, simulated=simulated):
         ratio = "-" if o is None or not t or name.startswith("max rel.") else f"{o / t:.2f}"
         print(f"| {name} | {_fmt(o)} | {_fmt(t)} | {ratio} |")
+    if machine is not None:
+        print(f"\n{machine.footer(spread_text(sides))}")
     if simulated:
         print("\nbusiest rank per mesh dim; collectives per step:")
         print("\n".join(ops_lines(sides)))
@@ -523,17 +539,20 @@ def main(argv: list[str] | None = None) -> int:
         gloo_worker(args)
         return 0
     command = " ".join([".venv/bin/python", "benchmarks/bench_training.py", *argv])
+    machine = conditions.Conditions()
     if args.gloo:
         sides = run_gloo(args, [a for a in argv if a != "--gloo"] + ["--mesh", args.mesh])
         reference = single_device_losses(args)
     else:
         sides, reference = compare(args)
     with readme_figures.tee() as report:
-        ok = print_report(args, sides, reference, simulated=not args.gloo, command=command)
+        ok = print_report(args, sides, reference, simulated=not args.gloo, command=command,
+                          machine=machine)
     if args.write_readme and ok:
+        body = (readme_figures.through_first_table(report.getvalue()) + "\n\n"
+                + conditions.report_lines(report.getvalue()))
         readme_figures.write_readme("bench-training-gloo" if args.gloo else "bench-training",
-                                    readme_figures.through_first_table(report.getvalue()),
-                                    command)
+                                    body, command)
     return 0 if ok else 1
 
 

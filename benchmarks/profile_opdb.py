@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IDLE = "Waker.wait"  # a rank asleep until its turn: not work
+ONE_PASS = "none: one pass over the OpInfos (a profile, not a best of rounds)"  # spread line
 
 
 def profile(keys: list[str]) -> dict:
@@ -103,10 +104,13 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, ROOT)
     warnings.simplefilter("ignore")
+    from benchmarks import conditions
     from benchmarks.bench_opdb import _keys
 
+    machine = conditions.Conditions()
     keys = _keys(args.ops)
     report(keys, profile(keys))
+    print(f"\n{machine.footer(ONE_PASS)}")
 
 
 if __name__ == "__main__":
