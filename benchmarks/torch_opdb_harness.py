@@ -135,12 +135,9 @@ def _repurposed(ops: list, cls_name: str) -> list:
 
 def build_test_class(mode: str, ops: list) -> type:
     """The instantiated CPU test class of ``mode`` with one test per OpInfo of ``ops``."""
-    import torch
     import torch.distributed as dist
     from torch.distributed._local_tensor import LocalTensorMode
-    from torch.testing._internal.common_device_type import (instantiate_device_type_tests,
-                                                            ops as op_tests)
-    from torch.testing._internal.common_utils import TestCase, suppress_warnings
+    from torch.testing._internal.common_utils import TestCase
     from torch.testing._internal.distributed._tensor.common_dtensor import DTensorOpTestBase
 
     if mode == "threaded":
@@ -179,9 +176,20 @@ def build_test_class(mode: str, ops: list) -> type:
                 with LocalTensorMode(frozenset(range(WORLD))):
                     self.run_opinfo(dtype, op)
 
+    return instantiate(Mode, ops, name)
+
+
+def instantiate(mode: type, ops: list, name: str) -> type:
+    """The CPU class torch's device-type instantiation makes of ``mode`` (a base with a
+    ``run_mode(dtype, op)``), with one float32 test per OpInfo of ``ops``, as torch's file."""
+    import torch
+    from torch.testing._internal.common_device_type import (instantiate_device_type_tests,
+                                                            ops as op_tests)
+    from torch.testing._internal.common_utils import suppress_warnings
+
     chosen = _repurposed(ops, name)
 
-    class Tests(Mode):  # type: ignore[misc, valid-type]
+    class Tests(mode):  # type: ignore[misc, valid-type]
         @suppress_warnings
         @op_tests(chosen, allowed_dtypes=(torch.float,))
         def test_dtensor_op_db(self, dtype: Any, op: Any) -> None:

@@ -44,11 +44,6 @@ KNOWN_TORCH_ARTIFACTS = {"nn.functional.max_unpool3d.grad",
 
 
 def _simpg_class(harness: Any, ops: list) -> type:
-    import torch
-    from torch.testing._internal.common_device_type import instantiate_device_type_tests
-    from torch.testing._internal.common_device_type import ops as op_tests
-    from torch.testing._internal.common_utils import suppress_warnings
-
     import simpg.testing
 
     class Mode(harness._body(simpg.testing.DTensorOpTestBase)):  # type: ignore[misc]
@@ -57,19 +52,7 @@ def _simpg_class(harness: Any, ops: list) -> type:
         def run_mode(self, dtype: Any, op: Any) -> None:
             self.run_opinfo(dtype, op)
 
-    name = "TestSimpgDTensorOps"
-    chosen = harness._repurposed(ops, name)
-
-    class Tests(Mode):  # type: ignore[misc, valid-type]
-        @suppress_warnings
-        @op_tests(chosen, allowed_dtypes=(torch.float,))
-        def test_dtensor_op_db(self, dtype: Any, op: Any) -> None:
-            self.run_mode(dtype, op)
-
-    Tests.__name__ = Tests.__qualname__ = name
-    scope: dict[str, Any] = {name: Tests}
-    instantiate_device_type_tests(Tests, scope, only_for=("cpu",))
-    return scope[f"{name}CPU"]
+    return harness.instantiate(Mode, ops, "TestSimpgDTensorOps")
 
 
 def _verdicts(harness: Any, cls: type, ops: list) -> tuple[float, dict[str, str]]:
@@ -100,7 +83,7 @@ def main(count: int) -> dict[str, Any]:
     ops = [by_key[k] for k in keys]
     # simpg first: torch's threaded group leaves state a later world can trip on
     simpg_s, ours = _verdicts(harness, _simpg_class(harness, ops), ops)
-    torch_s, theirs = _verdicts(harness, harness.test_class("threaded", ops), ops)
+    torch_s, theirs = _verdicts(harness, harness.build_test_class("threaded", ops), ops)
     return {"ops": len(keys), "simpg_s": round(simpg_s, 1), "torch_s": round(torch_s, 1),
             "simpg": dict(Counter(ours.values())), "torch": dict(Counter(theirs.values())),
             "differ": {k: [theirs.get(k), ours.get(k)] for k in keys
