@@ -11,7 +11,6 @@ is reported as unlisted.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import threading
@@ -21,7 +20,8 @@ import pytest
 import torch
 
 from opdb_tests import causes, compiled, expectations
-from opdb_tests.cases import Entry, entries, entry
+from opdb_tests.cases import entries, entry
+from opdb_tests.fakes import changed_entry
 from opdb_tests.expected_failures import SKIP
 from opdb_tests.expected_failures_compiled import EXPECTED, SWEPT
 
@@ -113,17 +113,6 @@ def test_a_wrong_compiled_result_is_a_wrong_values_failure_with_its_reproducer()
            "_off_by_one --sample 0 --mesh 2 --placements" in problems[0]
 
 
-@dataclasses.dataclass(frozen=True)
-class _FakeEntry(Entry):
-    """An entry whose OpInfo is a given copy (compare=False: OpInfos do not hash)."""
-
-    fake: Any = dataclasses.field(default=None, compare=False)
-
-    @property
-    def opinfo(self) -> Any:
-        return self.fake
-
-
 def _add_with_a_graph_break(*args: Any, **kwargs: Any) -> Any:
     torch._dynamo.graph_break()
     return torch.add(*args, **kwargs)
@@ -131,9 +120,7 @@ def _add_with_a_graph_break(*args: Any, **kwargs: Any) -> Any:
 
 def test_a_graph_break_fails_the_compiled_tier_instead_of_running_eagerly() -> None:
     real = entry("add")
-    op = copy.copy(real.opinfo)
-    op.op = _add_with_a_graph_break
-    fake = _FakeEntry(real.key, real.index, real.dtype, op)
+    fake = changed_entry(real, op=_add_with_a_graph_break)
     r = compiled.run_entry(fake, compiled.Config(**_ONE_MESH))
     assert r.failures and {f.cause for f in r.failures} == {"Unsupported outside dispatch"}
     assert all(f.tier == "compiled" for f in r.failures)

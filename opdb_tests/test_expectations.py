@@ -5,16 +5,15 @@ with its traceback. Fake expectation tables are passed in, never patched over th
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any
 
 import pytest
 
 from opdb_tests import causes, expectations, sweep
-from opdb_tests.cases import Entry, entry
+from opdb_tests.cases import entry
 from opdb_tests.checks import GENERATION, Failure
 from opdb_tests.expected_failures import EXPECTED, NO_CASES
+from opdb_tests.fakes import changed_entry
 from opdb_tests.test_opdb import _check, run_and_judge
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -98,17 +97,6 @@ def test_an_unlisted_no_case_variant_and_a_stale_listing_fail() -> None:
 # -- sample generation errors --------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class _FakeEntry(Entry):
-    """An entry whose OpInfo is a given copy (compare=False: OpInfos do not hash)."""
-
-    fake: Any = dataclasses.field(default=None, compare=False)
-
-    @property
-    def opinfo(self) -> Any:
-        return self.fake
-
-
 def _broken_generator(op: Any, device: str, dtype: Any, requires_grad: bool, **kw: Any) -> Any:
     yield from ()
     raise ValueError("this generator is broken on purpose")
@@ -116,9 +104,7 @@ def _broken_generator(op: Any, device: str, dtype: Any, requires_grad: bool, **k
 
 def test_a_raising_sample_generator_is_a_failure_with_its_traceback() -> None:
     real = entry("add")
-    op = copy.copy(real.opinfo)
-    op.sample_inputs_func = _broken_generator
-    fake = _FakeEntry("add.broken", real.index, real.dtype, op)
+    fake = changed_entry(real, "add.broken", sample_inputs_func=_broken_generator)
     r = sweep.sweep_entry(fake)
     assert r.failed(GENERATION) and r.no_cases == "", "a raising generator is not 'no samples'"
     f = r.failures[0]
