@@ -8,8 +8,8 @@ class of many tiny methods that is about a third of the time: see the figures in
 tests/test_simpg_porting_worlds.py's docstring.
 
 A ``ClassWorld`` is one ``simpg.run`` on a host thread whose ranks run test methods as the
-caller hands them over. Between methods the ranks are *parked*: each gives the CPU away and
-counts as not joined (``Status.ABSENT``), so the world is neither deadlocked nor timed out
+caller hands them over. Between methods the ranks are *parked* (``World.park``): each gives
+the CPU away and counts as not joined, so the world is neither deadlocked nor timed out
 while the caller does unittest's bookkeeping, and other worlds can run meanwhile. A rank that
 ends a method waits (``_MethodEnd``, not a collective) until every rank has ended it, then
 parks: a rank still in a collective of the method shows up as a deadlock, as in a world of
@@ -19,9 +19,6 @@ method's); so does a method that destroys the default group (simpg's ranks leave
 then), after it passes. The next method gets a new world. What a method leaves behind stays
 for the next one, as in torch's continuous base: process groups it created, caches, module
 state; the RNG is reseeded by the caller's rank body.
-
-The parking uses the world's scheduler from outside simpg/world.py (its lock, rank slots and
-baton); ``check_parkable`` fails at once if those change shape.
 """
 
 from __future__ import annotations
@@ -36,17 +33,7 @@ import torch.distributed as dist
 from simpg.backend import rank_context
 from simpg.isolation import restore, snapshot
 from simpg.runner import run
-from simpg.world import _CPU, Status, World
-
-_NEEDED = ("_lock", "_ranks", "_pass_baton", "_switch", "_hand_to")
-
-
-def check_parkable(world: World) -> None:
-    missing = [name for name in _NEEDED if not hasattr(world, name)]
-    if missing:
-        raise RuntimeError(f"simpg.class_world cannot park the ranks of this World: it lacks "
-                           f"{missing} (Note [a world kept between test methods])")
-
+from simpg.world import _CPU, World
 
 class WorldEnded(Exception):
     """The kept world is over (a method failed, or it was closed): build another."""
@@ -64,8 +51,7 @@ class _MethodEnd:
     def ready(self) -> bool:
         if self.world is None:
             return False
-        live = sum(slot.status is not Status.DONE for slot in self.world._ranks)
-        return self.ended >= live
+        return self.ended >= self.world.live_ranks()
 
     def describe(self) -> str:
         return (f"the end of its test method ({self.ended} of {self.size} ranks there; "
@@ -145,12 +131,7 @@ class ClassWorld:
             if self.ended or world is None:
                 return
             self._parked.clear()
-        with world._lock:
-            for slot in world._ranks:
-                slot.status = Status.READY
-            first = world._ranks[0]
-            world._hand_to(first)
-        first.wake.set()
+        world.unpark_all()
 
     # -- the ranks' side -------------------------------------------------------------------
     def _host_main(self, timeout: float) -> None:
@@ -166,7 +147,6 @@ class ClassWorld:
     def _rank_loop(self) -> None:
         world, rank = rank_context.get()  # type: ignore[misc]
         if rank == 0:
-            check_parkable(world)
             self._world = world
         dist.barrier()  # rank 0 has set _world before anyone parks
         while True:
@@ -185,15 +165,12 @@ class ClassWorld:
                 return
 
     def _park(self, world: World, rank: int) -> None:
-        me = world._ranks[rank]
-        with world._lock:
-            me.status = Status.ABSENT  # neither runnable nor stuck: Note [a world kept ...]
-            nxt = world._pass_baton(me)
-        with self._changed:
-            self._parked.add(rank)
-            self._changed.notify_all()
-        world._switch(me, nxt)  # gives the CPU away; returns when unparked
-        world.check_failed(subtest=False)
+        def parked() -> None:
+            with self._changed:
+                self._parked.add(rank)
+                self._changed.notify_all()
+
+        world.park(parked)
 
 
-__all__ = ["ClassWorld", "WorldEnded", "check_parkable"]
+__all__ = ["ClassWorld", "WorldEnded"]

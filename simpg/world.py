@@ -391,6 +391,34 @@ class World:
             me.has_cpu = False
             _CPU.release(me)
 
+    # -- parking between jobs (simpg.class_world) ----------------------------------------------
+    def park(self, before_sleep: Callable[[], None] | None = None) -> None:
+        """Step the calling rank aside until ``unpark_all``: neither runnable nor stuck, so
+        deadlock detection and the timeout pass it by (a world kept between test methods).
+        ``before_sleep`` runs once the baton is handed on; raises if the world failed."""
+        me = self._ranks[self.current_rank()]
+        with self._lock:
+            me.status = Status.ABSENT
+            nxt = self._pass_baton(me)
+        if before_sleep is not None:
+            before_sleep()
+        self._switch(me, nxt)  # gives the CPU away; returns when unparked
+        self.check_failed(subtest=False)
+
+    def unpark_all(self) -> None:
+        """Make every parked rank ready to run and hand rank 0 the baton (called from outside
+        the world, once every rank has parked)."""
+        with self._lock:
+            for slot in self._ranks:
+                slot.status = Status.READY
+            first = self._ranks[0]
+            self._hand_to(first)
+        first.wake.set()
+
+    def live_ranks(self) -> int:
+        """How many ranks have not left the world."""
+        return sum(r.status is not Status.DONE for r in self._ranks)
+
     # -- subtest gates -----------------------------------------------------------------------
     def unblamed_abort(self) -> BaseException | None:
         """The error that aborted the current subtest when no rank caused it (a deadlock or a
