@@ -21,17 +21,22 @@ class SimpgError(RuntimeError):
         return clone
 
 
+def causes(error: BaseException) -> list[BaseException]:
+    """The errors ``error`` was raised while handling, innermost first (its context chain)."""
+    chain, seen = [], error.__cause__ or error.__context__
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
 def own_failure(error: BaseException) -> BaseException:
     """The rank's own error behind ``error``: a simpg diagnostic raised while the rank was
     unwinding from its own failure (a collective in a ``finally``, a mismatch because the
     rank skipped ahead) stands for that failure; anything else stands for itself."""
-    seen = error
-    while isinstance(seen, SimpgError):
-        nxt = seen.__cause__ or seen.__context__
-        if nxt is None:
-            return error
-        seen = nxt
-    return seen
+    if not isinstance(error, SimpgError):
+        return error
+    return next((e for e in causes(error) if not isinstance(e, SimpgError)), error)
 
 
 class CollectiveMismatchError(SimpgError):

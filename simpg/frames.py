@@ -19,8 +19,6 @@ import os
 import sys
 import sysconfig
 import traceback
-from types import CodeType, TracebackType
-from typing import Iterable
 
 _cache: dict[str, bool] = {}  # file name -> whether it is library code
 
@@ -61,17 +59,6 @@ def is_library_file(filename: str) -> bool:
     return known
 
 
-def is_library_code(code: CodeType) -> bool:
-    return is_library_file(code.co_filename)
-
-
-def user_frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
-    """The frames of ``tb`` that are the user's, outermost first (all of them if none are)."""
-    frames = traceback.extract_tb(tb)
-    mine = [f for f in frames if not is_library_file(f.filename)]
-    return mine or list(frames)
-
-
 def user_location(error: BaseException) -> str | None:
     """``file:line in function`` of the innermost user frame where ``error`` was raised."""
     frames = [f for f in traceback.extract_tb(error.__traceback__)
@@ -82,11 +69,11 @@ def user_location(error: BaseException) -> str | None:
     return f"{f.filename}:{f.lineno} in {f.name}"
 
 
-def format_user_traceback(error: BaseException, *, full: bool = False) -> str:
-    """``error`` with its traceback cut to the user's frames (every frame with ``full``)."""
-    frames: Iterable[traceback.FrameSummary] = (
-        traceback.extract_tb(error.__traceback__) if full else user_frames(error.__traceback__))
+def format_user_traceback(error: BaseException) -> str:
+    """``error`` with its traceback cut to the user's frames (all of them if none are)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if not is_library_file(f.filename)] or list(frames)
     lines = ["Traceback (most recent call last):\n",
-             *traceback.StackSummary.from_list(list(frames)).format(),
+             *traceback.StackSummary.from_list(mine).format(),
              *traceback.format_exception_only(type(error), error)]
     return "".join(lines).rstrip()

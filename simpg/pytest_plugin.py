@@ -32,6 +32,7 @@ from simpg.subtests import SELECT_ENV
 
 TEST_TIMEOUT_S = 10.0  # short: a deadlock in a test should fail fast, not hang CI
 _MARKER_KWARGS = {"size", "timeout", "schedule_seed"}
+_SIMPG_DIR = os.path.dirname(simpg.__file__) + os.sep
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -119,7 +120,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
     excinfo = call.excinfo
     if excinfo is not None and not item.config.getoption("fulltrace", False):
         entries = list(excinfo.traceback)
-        if any("/simpg/" in str(e.path) for e in entries):
+        if any(str(e.path).startswith(_SIMPG_DIR) for e in entries):
             mine = [e for e in entries if not is_library_file(str(e.path))]
             if mine:
                 excinfo.traceback = type(excinfo.traceback)(mine)

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from simpg.errors import CollectiveMismatchError
-from simpg.frames import is_library_code
+from simpg.frames import is_library_file
 from simpg.records import CollectiveRecord
 from simpg.world import World
 
@@ -401,7 +401,7 @@ def _kind(frame: Any) -> int:
         if frame.f_globals.get("__name__", "").startswith(_SKIP):
             kind = _BETWEEN
         else:
-            kind = _LIBRARY if is_library_code(code) else _USER
+            kind = _LIBRARY if is_library_file(code.co_filename) else _USER
         _code_kind[code] = kind
     return kind
 

@@ -266,17 +266,19 @@ def _raise_failure(world: World) -> None:
     failure = first[lead]
     if any(r is not None for r in by_text[lead]) and not getattr(failure, "world_wide", False):
         failure.add_note(f"[simpg] raised on {_ranks_label(by_text[lead], world.size)}")
-    for key in keys:
-        if key is lead:
+    lead_at = keys.index(lead)
+    for at, key in enumerate(keys):
+        if at == lead_at:
             continue
         error = first[key]
         where = user_location(error)
         text = "\n    ".join(str(error).splitlines()[:24])
-        if keys.index(key) > keys.index(lead) and isinstance(error, SimpgError) and not \
-                issubclass(lead[0], SimpgError):
+        if at < lead_at:
+            when = "before it"
+        elif isinstance(error, SimpgError) and not issubclass(lead[0], SimpgError):
             when = "then, as a consequence"
         else:
-            when = "before it" if keys.index(key) < keys.index(lead) else "then"
+            when = "then"
         failure.add_note(f"[simpg] {when}, on {_ranks_label(by_text[key], world.size)}: "
                          f"{key[0].__name__}: {text}" + (f"\n    at {where}" if where else ""))
     if world.schedule_seed is not None:

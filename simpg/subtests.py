@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from simpg.backend import rank_context
-from simpg.errors import RankFailedError, SimpgError, own_failure
+from simpg.errors import RankFailedError, SimpgError, causes, own_failure
 from simpg.frames import format_user_traceback, user_location
 
 SELECT_ENV = "SIMPG_SUBTEST"  # run only the combination with this label (a rerun command)
@@ -107,15 +107,6 @@ class _Seen:
     error: BaseException
 
 
-def _unwinding(error: BaseException) -> bool:
-    seen = error.__cause__ or error.__context__
-    while seen is not None:
-        if isinstance(seen, SimpgError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def _merge(seen: list[_Seen]) -> list[SubtestFailure]:
     """One record per (combination, error), ranks gathered; a rank's own errors first."""
     merged: dict[tuple, list[int]] = {}
@@ -129,7 +120,8 @@ def _merge(seen: list[_Seen]) -> list[SubtestFailure]:
         first.setdefault(key, s)
     # a rank's own failure makes the combination's deadlock or mismatch its consequence,
     # unless the rank raised it while unwinding from that very diagnostic
-    failed_first = {s.index for s in seen if s.rank is not None and not _unwinding(s.error)}
+    failed_first = {s.index for s in seen if s.rank is not None
+                    and not any(isinstance(c, SimpgError) for c in causes(s.error))}
     out = []
     for key in sorted(merged, key=lambda k: (k[0], k[1], sorted(merged[k]))):
         s = first[key]

@@ -192,8 +192,7 @@ class World:
             if me.status is Status.DONE:
                 return
             me.status = Status.DONE
-            live = sum(r.status is not Status.DONE for r in self._ranks)
-            if self._gate_arrivals and self._gate_arrivals >= live:
+            if self._gate_arrivals and self._gate_arrivals >= self.live_ranks():
                 self._open_gate()  # the others wait for this rank at a subtest's end: no more
             nxt = self._pass_baton(me)
         self._give_cpu(me)
@@ -436,8 +435,7 @@ class World:
             aborted = self._aborted
             gate = _Gate(self, self._gate_generation)
             self._gate_arrivals += 1
-            live = sum(r.status is not Status.DONE for r in self._ranks)
-            if self._gate_arrivals >= live:
+            if self._gate_arrivals >= self.live_ranks():
                 self._open_gate()
         self.wait_until(gate)
         return aborted
