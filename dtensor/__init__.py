@@ -14,6 +14,20 @@ from dtensor.dispatch import NoShardingRuleError, fallback_policy
 from dtensor.foreign import MixedDTensorError
 from dtensor import decompositions, foreach_norm, random_ops  # noqa: F401,E402  (Note [decompositions])
 
+import torch as _torch  # noqa: E402
+from dtensor import mesh as _mesh, tensor as _tensor  # noqa: E402
+
+# Note [weights_only loading]
+# torch.load's default (weights_only=True) calls only allow-listed globals. A DTensor pickles
+# as tensor._rebuild(piece, mesh, placements, shape, stride, requires_grad), a mesh as
+# mesh._restore_mesh(device type, ranks, names), a placement as its constructor: these are
+# what we list. Each validates its arguments (a crafted file can pass any loadable value) and
+# runs no user code. The classes DTensor and DeviceMesh are not listed, unlike torch's: their
+# pickles never name them, and listing them would let a file build an instance bypassing
+# __init__ (NEWOBJ + BUILD setting arbitrary attributes).
+_torch.serialization.add_safe_globals(
+    [_tensor._rebuild, _mesh._restore_mesh, Shard, Replicate, Partial])
+
 __all__ = [
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "Step", "chunk_bounds",
     "local_shape", "local_slices", "mesh_coordinates", "normalize_placements", "plan",

@@ -82,7 +82,14 @@ def _remember(mesh: DeviceMesh) -> None:
 
 
 def _restore_mesh(device_type: str, ranks: list, names: tuple[str, ...] | None) -> DeviceMesh:
-    """Note [pickling meshes]."""
+    """Note [pickling meshes]; ``torch.load`` with ``weights_only`` may call it with any
+    loadable values (Note [weights_only loading] in dtensor/__init__.py)."""
+    if not (isinstance(device_type, str) and isinstance(ranks, list)
+            and (names is None or (isinstance(names, (tuple, list))
+                                   and all(isinstance(n, str) for n in names)))):
+        raise MeshError(f"cannot restore a DeviceMesh from ({device_type!r}, {ranks!r}, "
+                        f"{names!r}): expected (device type, nested list of ranks, None or "
+                        "dim names)")
     key = (device_type, tuple(torch.as_tensor(ranks).shape),
            tuple(torch.as_tensor(ranks).reshape(-1).tolist()), names)
     live = _live.get()

@@ -63,6 +63,9 @@ class Shard:
     def __str__(self) -> str:
         return f"S({self.dim})"
 
+    def __reduce__(self) -> tuple:
+        return (Shard, (self.dim,))  # Note [weights_only loading]: through the constructor
+
     def is_shard(self, dim: int | None = None) -> bool:
         """True (for ``dim`` None or this shard's dim), as torch's placements answer."""
         return dim is None or dim == self.dim
@@ -84,6 +87,9 @@ class Replicate:
 
     def __str__(self) -> str:
         return "R"
+
+    def __reduce__(self) -> tuple:
+        return (Replicate, ())
 
     def is_shard(self, dim: int | None = None) -> bool:
         return False
@@ -115,6 +121,9 @@ class Partial:
 
     def __str__(self) -> str:
         return f"P({self.reduce_op})"
+
+    def __reduce__(self) -> tuple:
+        return (Partial, (self.reduce_op,))
 
     def is_shard(self, dim: int | None = None) -> bool:
         return False

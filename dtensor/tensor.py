@@ -81,8 +81,9 @@ class DTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol: int) -> tuple:
         s = self._spec
+        # __dict__: a Parameter's _is_param flag and user attributes, as torch keeps them
         return (_rebuild, (self._local_tensor.detach(), s.mesh, s.placements, s.shape,
-                           s.stride, self.requires_grad))
+                           s.stride, self.requires_grad, dict(self.__dict__)))
 
     # -- tracing (Note [tracing DTensors] in dtensor.compile) ---------------------------------
     def __tensor_flatten__(self) -> tuple[list[str], tuple]:
@@ -219,10 +220,36 @@ class DTensor(torch.Tensor):
 
 
 def _rebuild(local: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement, ...],
-             shape: tuple[int, ...], stride: tuple[int, ...], requires_grad: bool) -> DTensor:
-    """Unpickle a DTensor: its piece under its spec, as a leaf."""
-    spec = DTensorSpec(mesh, tuple(placements), tuple(shape), tuple(stride), local.dtype)
-    return DTensor(local, spec, requires_grad=requires_grad)
+             shape: tuple[int, ...], stride: tuple[int, ...], requires_grad: bool,
+             attributes: dict[str, Any] | None = None) -> DTensor:
+    """Unpickle a DTensor: its piece under its spec, as a leaf. ``torch.load`` with
+    ``weights_only`` may call it with any loadable values, so it checks every argument's type
+    first (Note [weights_only loading] in dtensor/__init__.py)."""
+    if not (isinstance(local, torch.Tensor) and not isinstance(local, DTensor)
+            and isinstance(mesh, DeviceMesh) and type(requires_grad) is bool
+            and all(_is_int_tuple(v) for v in (shape, stride)) and len(shape) == len(stride)
+            and isinstance(placements, (tuple, list))):
+        raise TypeError(
+            "cannot rebuild a DTensor: expected (plain tensor, DeviceMesh, placements, "
+            "shape, stride of equal length, requires_grad), got "
+            f"({', '.join(type(a).__name__ for a in (local, mesh, placements, shape, stride))}, "
+            f"{requires_grad!r})")
+    attributes = {} if attributes is None else attributes
+    if not isinstance(attributes, dict) or any(
+            not isinstance(k, str) or k.startswith("__") or k in DTensor.__slots__
+            for k in attributes):
+        raise TypeError(f"cannot rebuild a DTensor with attributes {attributes!r}: expected "
+                        "a dict of plain attribute names")
+    placements = normalize_placements(placements, len(shape), mesh.ndim, shape=shape)
+    spec = DTensorSpec(mesh, placements, tuple(shape), tuple(stride), local.dtype)
+    out = DTensor(local, spec, requires_grad=requires_grad)
+    for k, v in attributes.items():
+        setattr(out, k, v)
+    return out
+
+
+def _is_int_tuple(v: object) -> bool:
+    return isinstance(v, (tuple, list)) and all(type(n) is int for n in v)
 
 
 def _traced_spec(spec: DTensorSpec, outer_size: Any, outer_stride: Any) -> DTensorSpec:

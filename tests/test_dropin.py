@@ -276,3 +276,56 @@ def test_mixing_the_two_libraries_says_which_argument_is_whose():
         return "ok"
 
     assert simpg.run(body, 2) == ["ok", "ok"]
+
+
+def test_torch_load_with_weights_only_rebuilds_dtensors_meshes_and_placements():
+    # torch.load's default is weights_only=True (Note [weights_only loading])
+    def program(lib: Lib) -> list:
+        mesh = lib.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        d = lib.distribute_tensor(torch.arange(6.0).reshape(3, 2), mesh,
+                                  [lib.Shard(0), lib.Replicate()])
+        buf = io.BytesIO()
+        torch.save({"d": d, "param": torch.nn.Parameter(d), "mesh": mesh,
+                    "placements": [lib.Shard(1), lib.Replicate(), lib.Partial("avg")]}, buf)
+        out = torch.load(io.BytesIO(buf.getvalue()))
+        return [(isinstance(t, lib.DTensor), isinstance(t, torch.nn.Parameter),
+                 t.to_local().tolist(), tuple(t.shape), t.requires_grad, t.device_mesh == mesh,
+                 [str(p) for p in t.placements])
+                for t in (out["d"], out["param"])] + [
+                out["mesh"] == mesh, out["mesh"].mesh_dim_names,
+                [type(p).__name__ for p in out["placements"]],
+                out["placements"][0].dim, out["placements"][2].reduce_op]
+
+    res = both(4, program)
+    assert res["ours"][0][:2] == [(True, False, [[0.0, 1.0], [2.0, 3.0]], (3, 2), False, True,
+                                   ["S(0)", "R"]),
+                                  (True, True, [[0.0, 1.0], [2.0, 3.0]], (3, 2), True, True,
+                                   ["S(0)", "R"])]
+    # the placements' str differ by design (ours: S(0), torch: Shard(dim=0))
+    strip = [[r[:6] if isinstance(r, tuple) else r for r in rank] for rank in res["ours"]]
+    assert strip == [[r[:6] if isinstance(r, tuple) else r for r in rank]
+                     for rank in res["torch"]]
+
+
+@pytest.mark.parametrize("args, error", [
+    (("x", "mesh", (), (), (), False), "cannot rebuild a DTensor: expected"),
+    ((torch.ones(2), "mesh", "S(0)", (4,), (1,), False), "cannot rebuild a DTensor"),
+    ((torch.ones(2), "mesh", [dtensor.Shard(3)], (4,), (1,), False), "Shard.3. is out of range"),
+    ((torch.ones(2), "mesh", [dtensor.Shard(0)], (4,), (1, 1), False), "of equal length"),
+    ((torch.ones(2), "mesh", [dtensor.Shard(0)], (4,), (1,), False, {"_spec": 1}),
+     "with attributes"),
+])
+def test_the_rebuild_function_allowed_for_weights_only_checks_its_arguments(args, error):
+    # a crafted file can pass any loadable value to an allow-listed function
+    from dtensor.mesh import _restore_mesh
+    from dtensor.tensor import _rebuild
+
+    def body() -> None:
+        mesh = dtensor.init_device_mesh("cpu", (2,))
+        with pytest.raises((TypeError, ValueError), match=error):
+            _rebuild(*[mesh if a == "mesh" else a for a in args])
+        for bad in (("cpu", "0,1", None), ("cpu", [0, 1], "ab"), (3, [0, 1], None)):
+            with pytest.raises(dtensor.MeshError, match="cannot restore a DeviceMesh"):
+                _restore_mesh(*bad)
+
+    simpg.run(body, 2)
