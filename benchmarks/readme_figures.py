@@ -55,9 +55,25 @@ def read_block(text: str, name: str) -> tuple[str, str]:
     return found[0]["body"], found[0]["meta"]
 
 
+def demote_headings(body: str) -> str:
+    """A script's report with its markdown headings (``# title``) turned into bold lines: a
+    heading inside a README block would become a section of the README and, through the docs'
+    includes, a page title in the site's navigation. Code fences are left as they are."""
+    lines, fenced = [], False
+    for line in body.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#{1,6} (.*)", line)):
+            line = f"**{m[1].strip()}**"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def replace_block(text: str, name: str, body: str, command: str) -> str:
-    """``text`` with block ``name``'s body replaced by ``body``, stamped with its checksum."""
+    """``text`` with block ``name``'s body replaced by ``body`` (headings demoted to bold
+    lines), stamped with its checksum."""
     read_block(text, name)
+    body = demote_headings(body)
     begin = (f"<!-- generated:{name} begin: `{command}` writes this block "
              f"(checksum {checksum(body)}); do not edit by hand -->")
     new = f"{begin}\n{body.strip()}\n<!-- generated:{name} end -->"

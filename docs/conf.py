@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -54,5 +56,35 @@ def _check_api_is_complete(app, env) -> None:
                             f"reference (docs/api/)")
 
 
+def broken_internal_links(html_root: Path) -> list[str]:
+    """Every link between the built pages (``href="page.html#anchor"``) whose page or anchor
+    does not exist, as 'page: href' lines. Sphinx's own ``linkcheck`` checks external
+    addresses over the network; the back-links viewcode writes ("[docs]") and the anchors
+    of included README headings are only checked here."""
+    pages = {path.resolve(): set(re.findall(r'\bid="([^"]+)"', path.read_text()))
+             for path in html_root.rglob("*.html")}
+    broken = []
+    for page, _ in pages.items():
+        for href in re.findall(r'<a [^>]*href="([^"#:]*)(?:#([^"]*))?"', page.read_text()):
+            path, anchor = href
+            target = (page.parent / path).resolve() if path else page
+            if target.suffix != ".html":
+                continue
+            if target not in pages or (anchor and html.unescape(anchor) not in pages[target]):
+                where = page.relative_to(html_root.resolve())
+                broken.append(f"{where}: {path}#{anchor}" if anchor else f"{where}: {path}")
+    return broken
+
+
+def _check_links(app, exception) -> None:
+    if exception is not None or app.builder.name != "html":
+        return
+    broken = broken_internal_links(Path(app.outdir))
+    if broken:
+        raise RuntimeError(f"{len(broken)} broken link(s) between the built pages:\n  "
+                           + "\n  ".join(broken))
+
+
 def setup(app) -> None:
     app.connect("env-check-consistency", _check_api_is_complete)
+    app.connect("build-finished", _check_links)

@@ -71,3 +71,14 @@ def test_tee_prints_and_keeps(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "| a | 1 |\n"
     assert rf.through_first_table("head\n\n| a |\n|---|\n| 1 |\n\nsteps\n") == \
         "head\n\n| a |\n|---|\n| 1 |"
+
+
+def test_generated_blocks_add_no_headings_to_the_readme() -> None:
+    # a heading in a block becomes a README section and a page title in the docs' navigation
+    text = rf.README.read_text()
+    for name in rf.names(text):
+        body, _ = rf.read_block(text, name)
+        assert rf.demote_headings(body) == body, f"block {name!r} has a markdown heading"
+    report = "# title\n```text\n# a comment in a fence\n```\n## table: one device"
+    assert rf.demote_headings(report) == ("**title**\n```text\n# a comment in a fence\n```\n"
+                                          "**table: one device**")
