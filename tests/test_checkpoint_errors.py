@@ -75,6 +75,25 @@ def test_a_damaged_header_is_corrupt(ck):
         dcp.load(_target(), ck)
 
 
+def test_a_header_without_the_chunk_names_it(ck):
+    file = _data_file(ck)
+    file.write_bytes(file.read_bytes().replace(b'"model.w@4,4"', b'"model.w@4,5"', 1))
+    with pytest.raises(dcp.CorruptCheckpointError, match=r"tensor 'model.w': the file's header "
+                       r"has no entry 'model.w@4,4', expected one with dtype float32 and shape "
+                       r"\[4, 4\] as the metadata records: the file was replaced or damaged"):
+        dcp.load(_target(), ck)
+
+
+def test_a_long_target_value_is_shortened_visibly(ck):
+    target = _target()
+    target["model"]["b"] = {"lr": 0.001, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01,
+                            "params": list(range(30))}
+    with pytest.raises(dcp.StateMismatchError, match=r"the value \{'betas': \(0.9, 0.999\), "
+                       r"'eps': 1e-08, 'lr': 0.001, 'params': \[0, 1, 2, 3, \.\.\.\], "
+                       r"\.\.\.\}"):
+        dcp.load(target, ck)
+
+
 def test_edited_metadata_fails_its_checksum(ck):
     meta = Path(os.path.realpath(ck)) / "metadata.json"
     meta.write_text(meta.read_text().replace('"step": 5', '"step": 6'))

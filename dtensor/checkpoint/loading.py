@@ -18,6 +18,7 @@ readahead), and the chunk reads that follow find their bytes cached or on their 
 from __future__ import annotations
 
 import os
+import reprlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ from dtensor.checkpoint.pieces import (chunk_name, chunks_meeting, grid_size, ov
 from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
 from dtensor.checkpoint.tree import decode, fill, leaves
 from dtensor.layout import box_intersect, box_numel
+
+# a target value in an error, shortened where it is long, with '...' where it was cut
+_SHORT = reprlib.Repr()  # its keyword arguments are Python 3.12's
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxstring, _SHORT.maxother = 2, 4, 4, 40, 40
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> 
     def load_value(key: str, old: Any) -> Any:
         if key in body["values"]:
             return decode(body["values"][key])
-        _missing(body, key, where, f"the value {old!r:.40}")
+        _missing(body, key, where, f"the value {_SHORT.repr(old)}")
 
     try:
         planned: dict[str, tuple[torch.Tensor, list]] = {}  # key -> (target, its chunks)

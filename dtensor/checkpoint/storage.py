@@ -79,11 +79,20 @@ class Reader:
         f = self._open(file, key)
         where = os.path.join(self.directory, file)
         entry = f.header.get(name)
+        expected = f"dtype {dtype_name(dtype)} and shape {list(shape)} as the metadata records"
+        if entry is None:
+            raise CorruptCheckpointError(
+                f"{where}: tensor {key!r}: the file's header has no entry {name!r}, expected "
+                f"one with {expected}: the file was replaced or damaged after the save",
+                file=where, key=key)
         if not isinstance(entry, dict) or ST_DTYPES.get(entry.get("dtype")) != dtype \
                 or tuple(entry.get("shape", ())) != shape:
+            found = (f"dtype {entry.get('dtype')!r} and shape {entry.get('shape')!r}"
+                     if isinstance(entry, dict) else f"{entry!r}")
             raise CorruptCheckpointError(
-                f"{where}: tensor {key!r}: header entry {name!r} is {entry!r}, expected "
-                f"dtype {dtype_name(dtype)} and shape {list(shape)}", file=where, key=key)
+                f"{where}: tensor {key!r}: header entry {name!r} has {found}, expected "
+                f"{expected}: the file was replaced or damaged after the save",
+                file=where, key=key)
         offsets = entry.get("data_offsets")
         if not (isinstance(offsets, list) and len(offsets) == 2
                 and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
