@@ -13,6 +13,7 @@ from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
 from dtensor.dispatch import NoShardingRuleError, fallback_policy
 from dtensor.foreign import MixedDTensorError
 from dtensor import decompositions, foreach_norm, random_ops  # noqa: F401,E402  (Note [decompositions])
+from dtensor.parallel.api import distribute_module  # noqa: E402  (torch exports it here too)
 
 import torch as _torch  # noqa: E402
 from dtensor import mesh as _mesh, tensor as _tensor  # noqa: E402
@@ -34,6 +35,7 @@ __all__ = [
     "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
     "DeviceMesh", "MeshDimError", "MeshError", "MeshSpec", "current_mesh", "init_device_mesh",
     "redistribute_local_tensor",
-    "DTensor", "distribute_tensor", "empty", "full", "ones", "rand", "randn", "zeros",
+    "DTensor", "distribute_module", "distribute_tensor", "empty", "full", "ones", "rand",
+    "randn", "zeros",
     "MixedDTensorError", "NoShardingRuleError", "fallback_policy",
 ]

@@ -1,17 +1,12 @@
-"""The same program on torch.distributed.tensor and on ours (both on simpg): results,
-placements, shapes and error types agree, item by item of the drop-in list.
-
-torch's DTensor keeps per-thread caches keyed without the rank, and simpg reuses its rank
-threads: each torch body starts by clearing them (``_fresh_torch_caches``).
-"""
+"""The same program on torch.distributed.tensor and on ours (both on simpg, through
+``dropin_world.both``): results, placements, shapes and error types agree, item by item of the
+drop-in list."""
 
 from __future__ import annotations
 
 import copy
 import io
 import pickle
-from typing import Any, Callable
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,56 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh as torch_init_device_
 
 import dtensor
 import simpg
-
-LIBS = ("ours", "torch")
-
-
-def _fresh_torch_caches() -> None:
-    from torch.distributed.tensor._redistribute import (_gen_transform_infos,
-                                                        clear_redistribute_planner_cache)
-    from torch.distributed.tensor._sharding_prop import ShardingPropagator
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-    _clear_sharding_prop_cache()
-    _gen_transform_infos.cache_clear()
-    clear_redistribute_planner_cache()
-    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
-
-
-class Lib:
-    """One library's names, so a program is written once."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        mod: Any = dtensor if name == "ours" else tdt
-        self.DTensor, self.Shard = mod.DTensor, mod.Shard
-        self.Replicate, self.Partial = mod.Replicate, mod.Partial
-        self.distribute_tensor = mod.distribute_tensor
-        self.init_device_mesh = (dtensor.init_device_mesh if name == "ours"
-                                 else torch_init_device_mesh)
-
-
-def both(world: int, program: Callable[[Lib], Any]) -> dict[str, list[Any]]:
-    """``program`` on every rank, once per library: {library: per-rank results}."""
-    out = {}
-    for name in LIBS:
-        lib = Lib(name)
-
-        def body(lib: Lib = lib) -> Any:
-            if lib.name == "torch":
-                _fresh_torch_caches()
-            return program(lib)
-
-        out[name] = simpg.run(body, world)
-    return out
-
-
-def _error(fn: Callable[[], Any]) -> str:
-    try:
-        fn()
-    except Exception as e:  # the type is what is compared
-        return type(e).__name__
-    return "no error"
+from dropin_world import Lib, both, error_type, fresh_torch_caches
 
 
 def test_placement_predicates():
@@ -112,7 +58,7 @@ def test_product_partials_reduce_and_scatter_as_torch_does():
     assert dtensor.Partial("prod") == dtensor.Partial("product")
 
 
-def test_mesh_is_a_context_manager_and_a_missing_dim_is_a_key_error():
+def test_mesh_is_a_context_manager_and_a_missing_dim_is_a_keyerror_type():
     def program(lib: Lib) -> tuple:
         mesh = lib.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
         with mesh:
@@ -142,7 +88,7 @@ def test_from_local_refuses_a_dtensor_and_keeps_the_local_layout_in_the_stride()
     def program(lib: Lib) -> tuple:
         mesh = lib.init_device_mesh("cpu", (2,))
         d = lib.distribute_tensor(torch.ones(4, 2), mesh, [lib.Shard(0)])
-        err = _error(lambda: lib.DTensor.from_local(d, mesh, [lib.Shard(0)]))
+        err = error_type(lambda: lib.DTensor.from_local(d, mesh, [lib.Shard(0)]))
         transposed = lib.DTensor.from_local(torch.zeros(2, 3).t(), mesh, [lib.Shard(0)])
         return err, tuple(transposed.shape), tuple(transposed.stride())
 
@@ -250,7 +196,7 @@ def test_mixing_the_two_libraries_says_which_argument_is_whose():
     from dtensor.foreign import MixedDTensorError
 
     def body() -> str:
-        _fresh_torch_caches()
+        fresh_torch_caches()
         mesh = dtensor.init_device_mesh("cpu", (2,))
         torch_mesh = torch_init_device_mesh("cpu", (2,))
         ours = dtensor.distribute_tensor(torch.ones(4, 4), mesh, [dtensor.Shard(0)])

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from torch import nn
 
 from dtensor.api import distribute_tensor
-from dtensor.mesh import DeviceMesh
+from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.parallel.errors import ParallelPlanError, ParallelStyleError
 from dtensor.parallel.styles import ParallelStyle, distribute_parameter
 from dtensor.placements import Replicate
@@ -34,9 +34,10 @@ from dtensor.tensor import DTensor
 def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
                        parallelize_plan: ParallelStyle | dict[str, ParallelStyle] | None = None,
                        *, src_data_rank: int | None = 0) -> nn.Module:
-    """Apply ``parallelize_plan`` to ``module`` over the 1-d ``device_mesh``: a style for the
-    module itself, or a dict from module paths (``*`` matches one path component, as
-    ``layers.*.feed_forward.w1``) to styles. Parameters are read from global rank
+    """Apply ``parallelize_plan`` to ``module`` over the 1-d ``device_mesh`` (by default the
+    mesh of the enclosing ``with mesh:``): a style for the module itself, or a dict from
+    module paths (``*`` matches one path component, as ``layers.*.feed_forward.w1``; ``""``
+    is ``module`` itself) to styles. Parameters are read from global rank
     ``src_data_rank`` (None: each rank keeps its own values, no broadcast).
     Returns ``module``, changed in place.
 
@@ -53,9 +54,7 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
     >>> simpg.run(body, 2)[0]
     (['S(0)', 'S(0)', 'S(1)', 'R'], (1, 4))
     """
-    if device_mesh is None:
-        raise ParallelStyleError("parallelize_module needs a device_mesh (the tensor-parallel "
-                                 "1-d mesh, e.g. init_device_mesh(...)['tp'])")
+    device_mesh = resolve_mesh(device_mesh, "parallelize_module")  # or the `with mesh:` one
     if parallelize_plan is None:
         return module
     if isinstance(parallelize_plan, ParallelStyle):
@@ -68,7 +67,7 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
         if not isinstance(style, ParallelStyle):
             raise ParallelStyleError(f"parallelize_plan[{key!r}] is {style!r}: expected a "
                                      "ParallelStyle (ColwiseParallel(), RowwiseParallel(), ...)")
-        matched = list(_match(module, key.split(".")))
+        matched = list(_match(module, key.split("."))) if key else [module]  # "": the root
         if not matched:
             raise ParallelPlanError(key, type(module).__name__, _closest(module, key))
         for sub in matched:
@@ -99,10 +98,11 @@ InputFn = Callable[[nn.Module, tuple, DeviceMesh], object]
 OutputFn = Callable[[nn.Module, object, DeviceMesh], object]
 
 
-def distribute_module(module: nn.Module, device_mesh: DeviceMesh,
+def distribute_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
                       partition_fn: PartitionFn | None = None, input_fn: InputFn | None = None,
                       output_fn: OutputFn | None = None) -> nn.Module:
-    """Make ``module``'s parameters DTensors on ``device_mesh``: ``partition_fn(name,
+    """Make ``module``'s parameters DTensors on ``device_mesh`` (by default the mesh of the
+    enclosing ``with mesh:``): ``partition_fn(name,
     submodule, mesh)`` is called for every submodule and may replace its parameters (the
     rest, and every buffer, are replicated); ``input_fn(module, inputs, mesh)`` and
     ``output_fn(module, outputs, mesh)`` become forward hooks. Applies once per module.
@@ -116,6 +116,7 @@ def distribute_module(module: nn.Module, device_mesh: DeviceMesh,
     >>> simpg.run(body, 2)[0]
     [(Replicate(),), (Replicate(),)]
     """
+    device_mesh = resolve_mesh(device_mesh, "distribute_module")
     if getattr(module, "_dtensor_distributed", False):
         raise ParallelStyleError(f"distribute_module was already applied to "
                                  f"{type(module).__name__}: it applies once per module")

@@ -1,0 +1,66 @@
+"""Drop-in API gaps closed side by side with torch.distributed.tensor (issue 25, item 3):
+where the names live, and what parallelize_module takes."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import dtensor
+import dtensor.parallel
+from dropin_world import Lib, both
+
+
+def test_distribute_module_is_exported_at_the_top_level_as_in_torch():
+    import torch.distributed.tensor as tdt
+
+    assert dtensor.distribute_module is dtensor.parallel.distribute_module
+    assert "distribute_module" in dtensor.__all__ and "distribute_module" in tdt.__all__
+
+
+def test_distribute_module_takes_the_mesh_of_the_enclosing_with_block():
+    def program(lib: Lib) -> list:
+        mesh = lib.init_device_mesh("cpu", (2,))
+        with mesh:
+            m = lib.distribute_module(nn.Linear(4, 2))
+        return [(isinstance(p, lib.DTensor), isinstance(p, nn.Parameter),
+                 [str(q)[0] for q in p.placements], p.device_mesh == mesh)
+                for p in m.parameters()]
+
+    res = both(2, program)
+    assert res["ours"] == res["torch"] == [[(True, True, ["R"], True)] * 2] * 2
+
+
+def _placements_and_output(lib: Lib, model: nn.Module) -> tuple:
+    y = model(torch.ones(3, 4))
+    y = y.full_tensor() if isinstance(y, lib.DTensor) else y
+    return ([(n, [str(q)[0] for q in p.placements], tuple(p.to_local().shape))
+             for n, p in model.named_parameters()], y.tolist())
+
+
+def test_the_empty_plan_key_names_the_root_module():
+    def program(lib: Lib) -> tuple:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 6)
+        mesh = lib.init_device_mesh("cpu", (2,))
+        lib.parallel.parallelize_module(model, mesh, {"": lib.parallel.ColwiseParallel()})
+        return _placements_and_output(lib, model)
+
+    res = both(2, program)
+    assert res["ours"] == res["torch"]
+    assert res["ours"][0][0] == [("weight", ["S"], (3, 4)), ("bias", ["S"], (3,))]
+
+
+def test_parallelize_module_takes_the_mesh_of_the_enclosing_with_block():
+    def program(lib: Lib) -> tuple:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 4))
+        P = lib.parallel
+        with lib.init_device_mesh("cpu", (2,)):
+            P.parallelize_module(model, parallelize_plan={"0": P.ColwiseParallel(),
+                                                          "2": P.RowwiseParallel()})
+        return _placements_and_output(lib, model)
+
+    res = both(2, program)
+    assert res["ours"] == res["torch"]
+    assert [p for _, p, _ in res["ours"][0][0]] == [["S"], ["S"], ["S"], ["R"]]
