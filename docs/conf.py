@@ -40,7 +40,8 @@ html_static_path: list[str] = []
 
 # every public name of these packages must appear in the API reference (checked at the end
 # of reading: a name added to ``__all__`` without a page entry fails the -W build)
-DOCUMENTED_PACKAGES = ("dtensor", "dtensor.parallel", "simpg")
+DOCUMENTED_PACKAGES = ("dtensor", "dtensor.parallel", "dtensor.checkpoint", "dtensor.graph",
+                       "simpg")
 
 
 def _check_api_is_complete(app, env) -> None:
