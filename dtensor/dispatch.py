@@ -40,7 +40,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import dtensor.ops  # noqa: F401  (registers the rules)
-from dtensor import debug, planner
+from dtensor import debug, native, planner
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
 from dtensor.foreign import check_dispatch_types
@@ -172,6 +172,7 @@ class _FastPlan:
     dtensors: tuple[int, ...]  # the positions of the DTensor arguments
     lists: tuple[int, ...]  # the positions of lists of DTensors (cat's)
     moves: tuple[tuple[int, Callable[[torch.Tensor], torch.Tensor]], ...]  # Note [local moves]
+    native: Any  # the compiled entry's plan, or None (Note [native fast path], dtensor.native)
 
 
 def _int_list(a: Any) -> bool:
@@ -444,15 +445,19 @@ def _record_fast(func: Any, args: tuple, kwargs: dict, plan: _Plan, out: Any, me
     local = plan.decision.chosen.local
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     sources = _return_sources(func)
+    out_fields = tuple((s, s.tensor, s.shape, s.stride, s.dtype, o._local_tensor.layout)
+                       for s, o in zip(plan.out_specs, outs))
+    container = None if isinstance(out, torch.Tensor) else type(out)
+    returns_arg = sources[0][0] if sources[0] is not None else None
+    lists = tuple(i for i, x in enumerate(args) if _dtensor_list(x, DTensor))
+    compiled = None
+    if not local and not moves and not lists:
+        compiled = native.compile_plan(func, args, kwargs, rewrite, out_fields, container,
+                                       returns_arg)
     mesh.__dict__.setdefault("_fast_plans", {})[fast_key] = _FastPlan(
-        func._op,
-        tuple((s, s.tensor, s.shape, s.stride, s.dtype, o._local_tensor.layout)
-              for s, o in zip(plan.out_specs, outs)),
-        None if isinstance(out, torch.Tensor) else type(out), rewrite,
-        LOCAL_FUNCTIONS[local] if local else None, plan.boxes,
-        sources[0][0] if sources[0] is not None else None,
-        tuple(i for i, x in enumerate(args) if type(x) is DTensor),
-        tuple(i for i, x in enumerate(args) if _dtensor_list(x, DTensor)), moves)
+        func._op, out_fields, container, rewrite,
+        LOCAL_FUNCTIONS[local] if local else None, plan.boxes, returns_arg,
+        tuple(i for i, x in enumerate(args) if type(x) is DTensor), lists, moves, compiled)
 
 
 # Note [local moves]

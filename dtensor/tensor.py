@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _foreach_utils
 
-from dtensor import _autograd, compile as _compile
+from dtensor import _autograd, compile as _compile, native
 from dtensor.dispatch import torch_dispatch
 from dtensor.checks import check_local_shapes
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
@@ -121,7 +121,8 @@ class DTensor(torch.Tensor):
     # aten-level dispatch does all the work; the Python-level hook would only re-wrap results
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    __torch_dispatch__ = classmethod(torch_dispatch)  # Note [fast path] in dtensor.dispatch
+    # Note [fast path] in dtensor.dispatch; compiled when built: bound below the class
+    __torch_dispatch__ = classmethod(torch_dispatch)
 
     def pin(self, pinned: bool = True) -> DTensor:
         """Pin this DTensor's placements: ops must pick a strategy that keeps them, or raise
@@ -151,9 +152,10 @@ class DTensor(torch.Tensor):
         uneven shards.
         """
         if isinstance(local_tensor, DTensor):
-            raise TypeError("DTensor.from_local takes this rank's piece as a plain tensor, got "
-                            f"a DTensor with placements {local_tensor.placements}: use "
-                            "redistribute() to change its placements, or to_local() first")
+            raise LocalTensorTypeError(
+                "DTensor.from_local takes this rank's piece as a plain tensor, got a DTensor "
+                f"with placements {local_tensor.placements}: use redistribute() to change its "
+                "placements, or to_local() first")
         refuse_torch_dtensor(local_tensor, "DTensor.from_local")
         mesh = resolve_mesh(_compile.real_mesh(device_mesh), "DTensor.from_local")
         placements = normalize_placements(
@@ -217,6 +219,11 @@ class DTensor(torch.Tensor):
         """The whole global tensor on every rank (all_gather / all_reduce as needed)."""
         replicated = self.redistribute(placements=[Replicate()] * self._spec.mesh.ndim)
         return replicated.to_local(grad_placements=grad_placements)
+
+
+class LocalTensorTypeError(TypeError, RuntimeError):
+    """``from_local`` given a DTensor: a ``RuntimeError`` too, as torch's is (Note [torch's
+    error types] in dtensor/__init__.py)."""
 
 
 def _rebuild(local: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement, ...],
@@ -296,6 +303,10 @@ def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Pla
                          f"{spec} at mesh coordinate {mesh.get_coordinate()}")
     return DTensor(local, spec, requires_grad=requires_grad)
 
+
+# Note [native fast path] in dtensor.native: the compiled entry, when built, falls back on
+# torch_dispatch for every call it does not take
+DTensor.__torch_dispatch__ = classmethod(native.bind(DTensor, torch_dispatch))  # type: ignore
 
 # torch's optimizers and clip_grad_norm_ take their foreach path (one kernel, and for us one
 # sharding decision and one collective per list) only for the types listed here

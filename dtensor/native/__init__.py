@@ -1,0 +1,90 @@
+"""The dispatcher's cached case in compiled code, when it is built.
+
+Note [native fast path]
+A steady-state call (Note [fast path] in dtensor.dispatch) costs torch's Python-key entry,
+then in Python: the key, the lookup, the local op through ``func._op`` and the output's
+``_make_wrapper_subclass``. ``fast_dispatch.cpp`` is ``DTensor.__torch_dispatch__`` itself, a
+C function: it builds the same key into the same table, runs the entry's op through the
+dispatcher on a stack prepared when the entry was recorded (only the local tensors change),
+and builds the wrappers as ``_make_wrapper_subclass`` does, without a Python frame. Every
+call it does not take (a miss, debugging on, an entry with a local function, a move or a list
+of DTensors, a local piece that is a subclass) goes, untouched, to the Python entry
+``dtensor.dispatch.torch_dispatch``: one cache, one set of rules.
+
+Built by ``scripts/setup.sh`` (``python -m dtensor.native.build``) into ``_build/``; never at
+import. Absent, stale (its source changed since) or switched off with ``DTENSOR_NATIVE=0``,
+dtensor uses the Python entry; ``REASON`` says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import os
+from types import ModuleType
+from typing import Any, Iterator
+
+from dtensor.native import build as _build
+
+REASON = ""
+
+
+def _load() -> ModuleType | None:
+    global REASON
+    if os.environ.get("DTENSOR_NATIVE", "1") == "0":
+        REASON = "switched off by DTENSOR_NATIVE=0"
+        return None
+    path = _build.built_library()
+    if not path.exists():
+        REASON = f"not built ({path} is missing; run scripts/setup.sh)"
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(_build.NAME, str(path))
+    spec = importlib.util.spec_from_file_location(_build.NAME, str(path), loader=loader)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    try:
+        loader.exec_module(module)
+    except ImportError as e:
+        REASON = f"failed to load {path}: {e}"
+        return None
+    if module.SOURCE_HASH != _build.source_hash():
+        REASON = f"stale ({path} was built from another fast_dispatch.cpp; run scripts/setup.sh)"
+        return None
+    return module
+
+
+MODULE = _load()
+
+
+def bind(dtensor_class: type, python_entry: Any) -> Any:
+    """The ``__torch_dispatch__`` to install: the compiled entry bound to ``dtensor_class``
+    and ``python_entry`` (its fallback), or ``python_entry`` when there is none."""
+    if MODULE is None:
+        return python_entry
+    from dtensor import debug, dispatch
+
+    MODULE.bind(dtensor_class, python_entry, dispatch._SCALARS, debug._records,
+                dispatch._check_plain, debug._ENV, debug._debug_env)
+    return MODULE.dispatch
+
+
+def compile_plan(func: Any, args: tuple, kwargs: dict, rewrite: tuple, outs: tuple,
+                 container: type | None, returns_arg: int | None) -> Any:
+    """A fast-path entry's compiled plan, or None (the entry stays with the Python entry)."""
+    if MODULE is None:
+        return None
+    return MODULE.compile(func, args, kwargs or None, rewrite, outs, container, returns_arg)
+
+
+@contextlib.contextmanager
+def python_entry_only(dtensor_class: type) -> Iterator[None]:
+    """Within the block, ``dtensor_class`` dispatches through the Python entry (for tests and
+    benchmarks that compare the two; process-wide, not per thread)."""
+    from dtensor.dispatch import torch_dispatch
+
+    saved = dtensor_class.__dict__["__torch_dispatch__"]
+    dtensor_class.__torch_dispatch__ = classmethod(torch_dispatch)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        dtensor_class.__torch_dispatch__ = saved  # type: ignore[assignment]

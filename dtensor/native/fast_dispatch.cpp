@@ -1,0 +1,664 @@
+// The dispatcher's cached case in compiled code: Note [native fast path] in
+// dtensor/native/__init__.py. Key, lookup, local call and rewrap mirror
+// dtensor.dispatch.torch_dispatch exactly; whatever this file does not handle is
+// handed, untouched, to that Python function (the `fallback`).
+#include <Python.h>
+#include <structmember.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Storage.h>
+#include <c10/core/TensorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <optional>
+#include <vector>
+
+namespace {
+
+// set once by bind()
+PyObject* g_cls = nullptr;          // dtensor.DTensor
+PyObject* g_fallback = nullptr;     // dtensor.dispatch.torch_dispatch
+PyObject* g_scalar_types = nullptr; // dispatch._SCALARS (a frozenset of types)
+PyObject* g_records = nullptr;      // debug._records (ContextVar)
+PyObject* g_check_plain = nullptr;  // dispatch._check_plain (ContextVar)
+PyObject* g_env = nullptr;          // os.environ._data, or None
+PyObject* g_debug_key = nullptr;    // b"DTENSOR_DEBUG"
+PyObject* g_debug_env = nullptr;    // debug._debug_env
+Py_ssize_t g_off_local = -1, g_off_spec = -1, g_off_tspec = -1;  // DTensor's slots
+
+PyObject* s_op;
+PyObject* s_pinned;
+PyObject* s_mesh;
+PyObject* s_dict;
+PyObject* s_fast_plans;
+PyObject* s_native;
+PyObject* s_shape;
+PyObject* s_stride;
+PyObject* s_dtype;
+PyObject* s_device;
+
+const char* kCapsule = "dtensor.native.Plan";
+
+inline PyObject* slot(PyObject* obj, Py_ssize_t off) {
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + off);
+}
+
+inline void set_slot(PyObject* obj, Py_ssize_t off, PyObject* value) {  // steals value
+  PyObject** p = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + off);
+  Py_XSETREF(*p, value);
+}
+
+// One output of a plan: the wrapper's spec fields, read once at record time.
+struct Out {
+  PyObject* spec;
+  PyObject* tspec;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype;
+  c10::Layout layout;
+};
+
+// An argument whose value the key fixes (a scalar, an int list, a rewritten size): its
+// IValue is converted once. A float or complex one is equal as a key but maybe not as a
+// value (0.0 == -0.0): it is converted again unless it is the very object recorded.
+struct Fixed {
+  size_t index;            // in the stack
+  PyObject* recorded;      // the object seen at record time (owned)
+  c10::IValue value;
+  c10::TypePtr type;
+  bool check_identity;
+  Py_ssize_t position;     // positional index, or -1 for a keyword
+  PyObject* name;          // keyword name (owned), or nullptr
+};
+
+enum class Kind { DTensor, Plain };
+
+struct TensorArg {
+  size_t index;
+  Kind kind;
+};
+
+struct Plan {
+  c10::OperatorHandle op;
+  bool allow_numbers;
+  Py_ssize_t nargs;
+  std::vector<TensorArg> tensors;
+  std::vector<Fixed> fixed;
+  std::vector<c10::IValue> stack;  // the template: fixed values and defaults in place
+  std::vector<Out> outs;
+  int container;  // 0: one tensor, 1: tuple, 2: list
+  bool list_return;  // one Tensor[] return
+  Py_ssize_t returns_arg;
+
+  explicit Plan(c10::OperatorHandle h) : op(std::move(h)) {}
+  ~Plan() {
+    for (auto& f : fixed) {
+      Py_XDECREF(f.recorded);
+      Py_XDECREF(f.name);
+    }
+    for (auto& o : outs) {
+      Py_XDECREF(o.spec);
+      Py_XDECREF(o.tspec);
+    }
+  }
+};
+
+void free_plan(PyObject* capsule) {
+  delete static_cast<Plan*>(PyCapsule_GetPointer(capsule, kCapsule));
+}
+
+PyObject* call_fallback(PyObject* const* args, Py_ssize_t nargs) {
+  return PyObject_Vectorcall(g_fallback, args, nargs, nullptr);
+}
+
+bool is_scalar_type(PyObject* t) {
+  int r = PySet_Contains(g_scalar_types, t);
+  if (r < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return r == 1;
+}
+
+// debug.recording() or _check_plain.get(): -1 on error
+int off_fast_path() {
+  PyObject* v = nullptr;
+  if (PyContextVar_Get(g_records, nullptr, &v) < 0) return -1;
+  bool recording = v != nullptr && v != Py_None;
+  Py_XDECREF(v);
+  if (recording) return 1;
+  if (g_env == Py_None) {
+    PyObject* r = PyObject_CallNoArgs(g_debug_env);
+    if (!r) return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (t != 0) return t;
+  } else {
+    int has = PyDict_Contains(g_env, g_debug_key);
+    if (has < 0) return -1;
+    if (has) {
+      PyObject* r = PyObject_CallNoArgs(g_debug_env);
+      if (!r) return -1;
+      int t = PyObject_IsTrue(r);
+      Py_DECREF(r);
+      if (t != 0) return t;
+    }
+  }
+  v = nullptr;
+  if (PyContextVar_Get(g_check_plain, nullptr, &v) < 0) return -1;
+  int t = v ? PyObject_IsTrue(v) : 0;
+  Py_XDECREF(v);
+  return t;
+}
+
+// The DTensor's mesh if it may join a key (not pinned, on `mesh` when one is known), else
+// nullptr (borrowed). -1 sets *error.
+PyObject* mesh_of(PyObject* d, PyObject* mesh, bool* error) {
+  PyObject* pinned = PyObject_GetAttr(d, s_pinned);
+  if (!pinned) {
+    *error = true;
+    return nullptr;
+  }
+  int p = PyObject_IsTrue(pinned);
+  Py_DECREF(pinned);
+  if (p != 0) {
+    *error = p < 0;
+    return nullptr;
+  }
+  PyObject* spec = slot(d, g_off_spec);
+  if (!spec) return nullptr;
+  PyObject* m = PyObject_GetAttr(spec, s_mesh);
+  if (!m) {
+    *error = true;
+    return nullptr;
+  }
+  Py_DECREF(m);  // the spec holds it
+  if (mesh != nullptr && m != mesh) return nullptr;
+  return m;
+}
+
+// The fast-table key of dtensor.dispatch.torch_dispatch, or nullptr with *go_python set
+// (the call is not keyed: the Python entry decides) or an error set.
+PyObject* build_key(PyObject* func, PyObject* args, PyObject* kwargs, PyObject** mesh_out,
+                    bool* go_python) {
+  PyObject* op = PyObject_GetAttr(func, s_op);
+  if (!op) return nullptr;
+  PyObject* key = PyList_New(1);
+  if (!key) {
+    Py_DECREF(op);
+    return nullptr;
+  }
+  PyList_SET_ITEM(key, 0, op);
+  PyObject* mesh = nullptr;
+  bool error = false;
+  auto fail = [&](bool python) -> PyObject* {
+    Py_DECREF(key);
+    *go_python = python && !error && !PyErr_Occurred();
+    return nullptr;
+  };
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(a));
+    if (kind == g_cls) {
+      PyObject* m = mesh_of(a, mesh, &error);
+      if (!m) return fail(true);
+      mesh = m;
+      if (PyList_Append(key, slot(a, g_off_tspec)) < 0) return fail(false);
+    } else if (is_scalar_type(kind)) {
+      if (PyList_Append(key, a) < 0 || PyList_Append(key, kind) < 0) return fail(false);
+    } else if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
+      PyObject* seq = a;
+      Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+      PyObject** items = PySequence_Fast_ITEMS(seq);
+      PyObject* part = PyTuple_New(len);
+      if (!part) return fail(false);
+      if (len > 0 && reinterpret_cast<PyObject*>(Py_TYPE(items[0])) == g_cls) {
+        for (Py_ssize_t j = 0; j < len; ++j) {
+          PyObject* v = items[j];
+          if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != g_cls) {
+            Py_DECREF(part);
+            return fail(true);
+          }
+          PyObject* m = mesh_of(v, mesh, &error);
+          if (!m) {
+            Py_DECREF(part);
+            return fail(true);
+          }
+          mesh = m;
+          PyObject* ts = slot(v, g_off_tspec);
+          Py_INCREF(ts);
+          PyTuple_SET_ITEM(part, j, ts);
+        }
+      } else {
+        for (Py_ssize_t j = 0; j < len; ++j) {
+          if (!PyLong_CheckExact(items[j])) {
+            Py_DECREF(part);
+            return fail(true);
+          }
+          Py_INCREF(items[j]);
+          PyTuple_SET_ITEM(part, j, items[j]);
+        }
+      }
+      int r = PyList_Append(key, part);
+      Py_DECREF(part);
+      if (r < 0) return fail(false);
+    } else if (kind == THPVariableClass) {  // a plain tensor, taken as Replicate
+      PyObject* shape = PyObject_GetAttr(a, s_shape);
+      PyObject* stride = shape ? PyObject_CallMethodNoArgs(a, s_stride) : nullptr;
+      PyObject* dtype = stride ? PyObject_GetAttr(a, s_dtype) : nullptr;
+      PyObject* device = dtype ? PyObject_GetAttr(a, s_device) : nullptr;
+      PyObject* part = device ? PyTuple_Pack(4, shape, stride, dtype, device) : nullptr;
+      Py_XDECREF(shape);
+      Py_XDECREF(stride);
+      Py_XDECREF(dtype);
+      Py_XDECREF(device);
+      if (!part) return fail(false);
+      int r = PyList_Append(key, part);
+      Py_DECREF(part);
+      if (r < 0) return fail(false);
+    } else {
+      return fail(true);
+    }
+  }
+  if (mesh == nullptr) return fail(true);
+  if (kwargs != nullptr && kwargs != Py_None && PyDict_GET_SIZE(kwargs) > 0) {
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(kwargs, &pos, &name, &value)) {
+      PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(value));
+      if (!is_scalar_type(kind)) return fail(true);
+      if (PyList_Append(key, name) < 0 || PyList_Append(key, value) < 0 ||
+          PyList_Append(key, kind) < 0)
+        return fail(false);
+    }
+  }
+  PyObject* tuple = PyList_AsTuple(key);
+  Py_DECREF(key);
+  *mesh_out = mesh;
+  return tuple;
+}
+
+// A new wrapper of `cls` around `local`, as Tensor._make_wrapper_subclass builds it (a
+// storage of no data, sizes and strides of the global tensor, no autograd).
+PyObject* wrap(PyObject* cls, const at::Tensor& local, const Out& out) {
+  auto device = local.device();
+  auto options = c10::TensorOptions().dtype(out.dtype).device(device).layout(out.layout);
+  int64_t itemsize = static_cast<int64_t>(options.dtype().itemsize());
+  auto nbytes = at::detail::computeStorageNbytes(out.sizes, out.strides, itemsize, 0);
+  c10::Storage storage{c10::Storage::use_byte_size_t{}, static_cast<size_t>(nbytes),
+                       c10::DataPtr{nullptr, device}, c10::GetAllocator(c10::kMeta),
+                       /*resizable=*/true};
+  auto keys = c10::DispatchKeySet({options.computeDispatchKey()});
+  at::Tensor tensor =
+      at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, options.dtype());
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(out.sizes, out.strides);
+  // what THPVariable_NewWithVar adds for a class with __torch_dispatch__ (Wrap does not)
+  tensor.unsafeGetTensorImpl()->set_python_dispatch(true);
+  PyObject* obj = THPVariable_Wrap(tensor, reinterpret_cast<PyTypeObject*>(cls));
+  if (!obj) return nullptr;
+  PyObject* local_obj = THPVariable_Wrap(local);
+  if (!local_obj) {
+    Py_DECREF(obj);
+    return nullptr;
+  }
+  set_slot(obj, g_off_local, local_obj);
+  Py_INCREF(out.spec);
+  set_slot(obj, g_off_spec, out.spec);
+  Py_INCREF(out.tspec);
+  set_slot(obj, g_off_tspec, out.tspec);
+  return obj;
+}
+
+// Run a plan on this call's arguments: nullptr with *go_python when a local piece is not a
+// plain tensor (a subclass may want its own handling: the Python entry decides).
+PyObject* run(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs, bool* go_python) {
+  if (PyTuple_GET_SIZE(args) != plan.nargs) {
+    *go_python = true;
+    return nullptr;
+  }
+  torch::jit::Stack stack(plan.stack);
+  int64_t numel = 0;
+  for (const auto& t : plan.tensors) {
+    PyObject* a = PyTuple_GET_ITEM(args, t.index);
+    PyObject* local = t.kind == Kind::DTensor ? slot(a, g_off_local) : a;
+    if (local == nullptr || !THPVariable_CheckExact(local)) {
+      *go_python = true;
+      return nullptr;
+    }
+    const at::Tensor& tensor = THPVariable_Unpack(local);
+    numel += tensor.numel();
+    stack[t.index] = tensor;
+  }
+  for (const auto& f : plan.fixed) {
+    if (!f.check_identity) continue;
+    PyObject* now = f.position >= 0 ? PyTuple_GET_ITEM(args, f.position)
+                                    : PyDict_GetItemWithError(kwargs, f.name);
+    if (now == nullptr) {
+      *go_python = !PyErr_Occurred();
+      return nullptr;
+    }
+    if (now != f.recorded) {
+      torch::jit::ToIValueAllowNumbersAsTensors allow(plan.allow_numbers);
+      stack[f.index] = torch::jit::toIValue(now, f.type);
+    }
+  }
+  if (numel >= (1 << 15)) {  // as func._op does; a small op costs less than the hand-over
+    pybind11::gil_scoped_release no_gil;
+    plan.op.callBoxed(stack);
+  } else {
+    plan.op.callBoxed(stack);
+  }
+  if (plan.returns_arg >= 0) {
+    PyObject* r = PyTuple_GET_ITEM(args, plan.returns_arg);
+    Py_INCREF(r);
+    return r;
+  }
+  if (plan.container == 0) return wrap(cls, stack[0].toTensor(), plan.outs[0]);
+  std::vector<at::Tensor> results;
+  if (plan.list_return) {
+    for (const auto& t : stack[0].toTensorList()) results.push_back(t);
+  } else {
+    for (auto& v : stack) results.push_back(v.toTensor());
+  }
+  size_t n = std::min(results.size(), plan.outs.size());  // zip(out, entry.outs)
+  PyObject* seq = plan.container == 2 ? PyList_New(n) : PyTuple_New(n);
+  if (!seq) return nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* w = wrap(cls, results[i], plan.outs[i]);
+    if (!w) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    if (plan.container == 2)
+      PyList_SET_ITEM(seq, i, w);
+    else
+      PyTuple_SET_ITEM(seq, i, w);
+  }
+  return seq;
+}
+
+// __torch_dispatch__(cls, func, types, args, kwargs)
+PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs < 4 || nargs > 5) return call_fallback(argv, nargs);
+  PyObject* cls = argv[0];
+  PyObject* func = argv[1];
+  PyObject* types = argv[2];
+  PyObject* args = argv[3];
+  PyObject* kwargs = nargs == 5 ? argv[4] : Py_None;
+  if (cls != g_cls || !PyTuple_CheckExact(types) || PyTuple_GET_SIZE(types) > 1 ||
+      !PyTuple_CheckExact(args) || (kwargs != Py_None && !PyDict_CheckExact(kwargs)))
+    return call_fallback(argv, nargs);
+  PyObject* mesh = nullptr;
+  bool go_python = false;
+  PyObject* key = build_key(func, args, kwargs, &mesh, &go_python);
+  if (!key) return go_python ? call_fallback(argv, nargs) : nullptr;
+  PyObject* dict = PyObject_GetAttr(mesh, s_dict);
+  if (!dict) {
+    Py_DECREF(key);
+    return nullptr;
+  }
+  PyObject* fast = PyDict_GetItemWithError(dict, s_fast_plans);
+  PyObject* entry = fast ? PyDict_GetItemWithError(fast, key) : nullptr;
+  Py_DECREF(key);
+  if (!entry) {
+    Py_DECREF(dict);
+    return PyErr_Occurred() ? nullptr : call_fallback(argv, nargs);
+  }
+  Py_INCREF(entry);
+  Py_DECREF(dict);
+  PyObject* capsule = PyObject_GetAttr(entry, s_native);
+  Py_DECREF(entry);
+  if (!capsule) return nullptr;
+  int off = capsule == Py_None ? 1 : off_fast_path();
+  if (off != 0) {
+    Py_DECREF(capsule);
+    return off < 0 ? nullptr : call_fallback(argv, nargs);
+  }
+  auto* plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kCapsule));
+  if (!plan) {
+    Py_DECREF(capsule);
+    return nullptr;
+  }
+  PyObject* out = run(*plan, cls, args, kwargs, &go_python);
+  Py_DECREF(capsule);
+  if (!out && go_python) return call_fallback(argv, nargs);
+  return out;
+  END_HANDLE_TH_ERRORS
+}
+
+// A Tensor, Tensor?, Tensor[] or Tensor?[] argument: a Python number there is refused
+// unless the op allows numbers as tensors (toIValue's rule)
+bool is_tensor_type(c10::TypePtr t) {
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  if (auto list = t->cast<c10::ListType>()) t = list->getElementType();
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  return t->kind() == c10::TypeKind::TensorType;
+}
+
+// compile(func, args, kwargs, rewrite, outs, container, returns_arg) -> capsule or None.
+// outs: per output (spec, tspec, shape, stride, dtype, layout). None: this entry stays with
+// the Python fast path (a local function, a move, a list of DTensors, an unusual schema).
+PyObject* compile(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 7) {
+    PyErr_SetString(PyExc_TypeError, "compile takes 7 arguments");
+    return nullptr;
+  }
+  PyObject* func = argv[0];
+  PyObject* args = argv[1];
+  PyObject* kwargs = argv[2];
+  PyObject* rewrite = argv[3];
+  PyObject* outs = argv[4];
+  PyObject* container = argv[5];
+  PyObject* returns_arg = argv[6];
+  py::handle f(func);
+  auto schema_obj = f.attr("_schema");
+  std::string name = py::cast<std::string>(schema_obj.attr("name"));
+  std::string overload = py::cast<std::string>(schema_obj.attr("overload_name"));
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle.has_value()) Py_RETURN_NONE;
+  const auto& schema = handle->schema();
+  const auto& sargs = schema.arguments();
+  const auto& returns = schema.returns();
+  auto plan = std::make_unique<Plan>(*handle);
+  std::string unqualified = name.substr(name.find("::") + 2);
+  plan->allow_numbers = name.rfind("prims::", 0) == 0 ||
+                        (name.rfind("aten::", 0) == 0 &&
+                         torch::should_allow_numbers_as_tensors(unqualified));
+  torch::jit::ToIValueAllowNumbersAsTensors allow(plan->allow_numbers);
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (static_cast<size_t>(n) > sargs.size()) Py_RETURN_NONE;
+  plan->nargs = n;
+  plan->stack.resize(sargs.size());
+  std::vector<bool> filled(sargs.size(), false);
+  std::vector<PyObject*> rewritten(n, nullptr);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rewrite); ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(rewrite, i);
+    Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+    if (pos < 0 || pos >= n) Py_RETURN_NONE;
+    rewritten[pos] = PyTuple_GET_ITEM(pair, 1);
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const auto& sarg = sargs[i];
+    if (sarg.kwarg_only()) Py_RETURN_NONE;
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(a));
+    if (rewritten[i] == nullptr && (kind == g_cls || kind == THPVariableClass)) {
+      plan->tensors.push_back({static_cast<size_t>(i), kind == g_cls ? Kind::DTensor
+                                                                     : Kind::Plain});
+    } else {
+      PyObject* value = rewritten[i] ? rewritten[i] : a;
+      if (rewritten[i] == nullptr && !is_scalar_type(kind) && !PyList_CheckExact(a) &&
+          !PyTuple_CheckExact(a))
+        Py_RETURN_NONE;
+      if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {  // ints only here
+        Py_ssize_t len = PySequence_Fast_GET_SIZE(value);
+        for (Py_ssize_t j = 0; j < len; ++j)
+          if (!PyLong_CheckExact(PySequence_Fast_ITEMS(value)[j])) Py_RETURN_NONE;
+      } else if (is_tensor_type(sarg.real_type()) && !plan->allow_numbers && value != Py_None) {
+        Py_RETURN_NONE;
+      }
+      c10::IValue iv;
+      try {
+        iv = torch::jit::toIValue(value, sarg.real_type());
+      } catch (const std::exception&) {
+        Py_RETURN_NONE;
+      }
+      plan->stack[i] = iv;
+      bool identity = rewritten[i] == nullptr && (PyFloat_CheckExact(a) || PyComplex_CheckExact(a));
+      Py_INCREF(a);
+      plan->fixed.push_back({static_cast<size_t>(i), a, iv, sarg.real_type(), identity, i,
+                             nullptr});
+    }
+    filled[i] = true;
+  }
+  Py_ssize_t used = 0;
+  for (size_t i = n; i < sargs.size(); ++i) {
+    const auto& sarg = sargs[i];
+    PyObject* value = kwargs != Py_None
+        ? PyDict_GetItemString(kwargs, sarg.name().c_str()) : nullptr;
+    if (value != nullptr) {
+      c10::IValue iv;
+      try {
+        iv = torch::jit::toIValue(value, sarg.real_type());
+      } catch (const std::exception&) {
+        Py_RETURN_NONE;
+      }
+      plan->stack[i] = iv;
+      bool identity = PyFloat_CheckExact(value) || PyComplex_CheckExact(value);
+      Py_INCREF(value);
+      PyObject* key = PyUnicode_FromString(sarg.name().c_str());
+      plan->fixed.push_back({i, value, iv, sarg.real_type(), identity, -1, key});
+      ++used;
+    } else if (sarg.default_value().has_value()) {
+      plan->stack[i] = *sarg.default_value();
+    } else {
+      Py_RETURN_NONE;
+    }
+  }
+  if (kwargs != Py_None && used != PyDict_GET_SIZE(kwargs)) Py_RETURN_NONE;
+  // returns: one Tensor, one Tensor[], or several Tensors
+  plan->list_return = false;
+  for (const auto& r : returns) {
+    auto k = r.real_type()->kind();
+    if (k == c10::TypeKind::ListType && returns.size() == 1) {
+      auto elem = r.real_type()->castRaw<c10::ListType>()->getElementType();
+      if (elem->kind() != c10::TypeKind::TensorType) Py_RETURN_NONE;
+      plan->list_return = true;
+    } else if (k != c10::TypeKind::TensorType) {
+      Py_RETURN_NONE;
+    }
+  }
+  if (container == Py_None) {
+    if (returns.size() != 1 || plan->list_return) Py_RETURN_NONE;
+    plan->container = 0;
+  } else if (container == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+    if (plan->list_return) Py_RETURN_NONE;
+    plan->container = 1;
+  } else if (container == reinterpret_cast<PyObject*>(&PyList_Type)) {
+    if (!plan->list_return) Py_RETURN_NONE;
+    plan->container = 2;
+  } else {
+    Py_RETURN_NONE;
+  }
+  plan->returns_arg = returns_arg == Py_None ? -1 : PyLong_AsSsize_t(returns_arg);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs); ++i) {
+    PyObject* o = PyTuple_GET_ITEM(outs, i);
+    Out out;
+    out.spec = PyTuple_GET_ITEM(o, 0);
+    out.tspec = PyTuple_GET_ITEM(o, 1);
+    out.sizes = py::cast<std::vector<int64_t>>(PyTuple_GET_ITEM(o, 2));
+    out.strides = py::cast<std::vector<int64_t>>(PyTuple_GET_ITEM(o, 3));
+    out.dtype = torch::jit::toIValue(PyTuple_GET_ITEM(o, 4), c10::ScalarTypeType::get())
+                    .toScalarType();
+    out.layout = torch::jit::toIValue(PyTuple_GET_ITEM(o, 5), c10::LayoutType::get())
+                     .toLayout();
+    Py_INCREF(out.spec);
+    Py_INCREF(out.tspec);
+    plan->outs.push_back(std::move(out));
+  }
+  if (plan->outs.empty() && plan->returns_arg < 0) Py_RETURN_NONE;
+  return PyCapsule_New(plan.release(), kCapsule, free_plan);
+  END_HANDLE_TH_ERRORS
+}
+
+Py_ssize_t member_offset(PyObject* cls, const char* name) {
+  PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(cls)->tp_dict, name);
+  if (!d || Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+  auto* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
+  return m->type == T_OBJECT_EX ? m->offset : -1;
+}
+
+// bind(DTensor, torch_dispatch, scalar_types, records, check_plain, env, debug_env)
+PyObject* bind(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
+  if (nargs != 7 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[2])) {
+    PyErr_SetString(PyExc_TypeError, "bind(DTensor, torch_dispatch, scalar_types, records, "
+                                     "check_plain, env, debug_env)");
+    return nullptr;
+  }
+  Py_ssize_t local = member_offset(argv[0], "_local_tensor");
+  Py_ssize_t spec = member_offset(argv[0], "_spec");
+  Py_ssize_t tspec = member_offset(argv[0], "_tspec");
+  if (local < 0 || spec < 0 || tspec < 0) {
+    PyErr_SetString(PyExc_TypeError, "bind: the class must declare __slots__ _local_tensor, "
+                                     "_spec and _tspec");
+    return nullptr;
+  }
+  g_off_local = local;
+  g_off_spec = spec;
+  g_off_tspec = tspec;
+  PyObject** targets[] = {&g_cls, &g_fallback, &g_scalar_types, &g_records, &g_check_plain,
+                          &g_env, &g_debug_env};
+  for (int i = 0; i < 7; ++i) {
+    Py_INCREF(argv[i]);
+    Py_XSETREF(*targets[i], argv[i]);
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)),
+     METH_FASTCALL, "DTensor.__torch_dispatch__(cls, func, types, args, kwargs)"},
+    {"compile", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(compile)),
+     METH_FASTCALL, "A fast-path entry's compiled plan, or None"},
+    {"bind", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bind)), METH_FASTCALL,
+     "Bind the DTensor class and the Python entry"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "dtensor_native", nullptr, -1, methods};
+
+}  // namespace
+
+#ifndef DTENSOR_NATIVE_SOURCE_HASH
+#define DTENSOR_NATIVE_SOURCE_HASH unknown
+#endif
+#define DTENSOR_STRINGIFY_(x) #x
+#define DTENSOR_STRINGIFY(x) DTENSOR_STRINGIFY_(x)
+
+PyMODINIT_FUNC PyInit_dtensor_native() {
+  PyObject* m = PyModule_Create(&module_def);
+  if (!m) return nullptr;
+  struct {
+    PyObject** target;
+    const char* text;
+  } names[] = {{&s_op, "_op"}, {&s_pinned, "_pinned"}, {&s_mesh, "mesh"},
+               {&s_dict, "__dict__"}, {&s_fast_plans, "_fast_plans"}, {&s_native, "native"},
+               {&s_shape, "shape"}, {&s_stride, "stride"}, {&s_dtype, "dtype"},
+               {&s_device, "device"}};
+  for (auto& n : names) {
+    *n.target = PyUnicode_InternFromString(n.text);
+    if (!*n.target) return nullptr;
+  }
+  g_debug_key = PyBytes_FromString("DTENSOR_DEBUG");
+  if (!g_debug_key) return nullptr;
+  if (PyModule_AddStringConstant(m, "SOURCE_HASH",
+                                 DTENSOR_STRINGIFY(DTENSOR_NATIVE_SOURCE_HASH)) < 0)
+    return nullptr;
+  return m;
+}
