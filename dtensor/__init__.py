@@ -39,3 +39,12 @@ __all__ = [
     "randn", "zeros",
     "MixedDTensorError", "NoShardingRuleError", "fallback_policy",
 ]
+
+# Note [torch's error types]
+# A program written for torch.distributed.tensor catches torch's exception types. Ours keep
+# their own names and wording and also subclass the builtin type torch raises for the same
+# mistake, so that `except RuntimeError` written for torch catches ours: MeshError,
+# PlacementError and ShardingError are RuntimeErrors as well as ValueErrors, MeshDimError is a
+# KeyError and an IndexError, Shard("0") a TypeError, from_local of a DTensor a RuntimeError
+# as well as a TypeError. tests/test_dropin_errors.py checks each case against torch.
+

@@ -32,8 +32,10 @@ MeshDim = int | str
 DEVICE_TYPES = ("cpu", "cuda")
 
 
-class MeshError(ValueError):
-    """A mesh that cannot be built or a mesh dim / rank that is not on the mesh.
+class MeshError(ValueError, RuntimeError):
+    """A mesh that cannot be built or a mesh dim / rank that is not on the mesh. A
+    ``RuntimeError`` too: torch raises that for the same mistakes (Note [torch's error types]
+    in dtensor/__init__.py).
 
     >>> MeshSpec((2, 0))
     Traceback (most recent call last):
@@ -42,8 +44,9 @@ class MeshError(ValueError):
     """
 
 
-class MeshDimError(MeshError, KeyError):
-    """A mesh dim name the mesh lacks: a ``KeyError`` too, as ``mesh["nope"]`` is in torch.
+class MeshDimError(MeshError, KeyError, IndexError):
+    """A mesh dim the mesh lacks: a ``KeyError`` too, as ``mesh["nope"]`` is in torch, and an
+    ``IndexError``, as torch's ``mesh.size(3)`` on a 1-d mesh is.
 
     >>> try:
     ...     MeshSpec((2,), ("dp",)).dim_index("tp")
@@ -172,11 +175,11 @@ class MeshSpec:
         if isinstance(dim, str):
             if self.dim_names is None or dim not in self.dim_names:
                 raise MeshDimError(f"mesh dim {dim!r} is not on {self}: expected one of "
-                                f"{list(self.dim_names or ())}")
+                                   f"{list(self.dim_names or ())}")
             return self.dim_names.index(dim)
         if isinstance(dim, bool) or not isinstance(dim, int) or not -self.ndim <= dim < self.ndim:
-            raise MeshError(f"mesh dim {dim!r} is not on {self.ndim}-d mesh {self}: expected an "
-                            f"int in [{-self.ndim}, {self.ndim - 1}] or a dim name")
+            raise MeshDimError(f"mesh dim {dim!r} is not on {self.ndim}-d mesh {self}: "
+                               f"expected an int in [{-self.ndim}, {self.ndim - 1}] or a dim name")
         return dim % self.ndim
 
     def __str__(self) -> str:

@@ -32,8 +32,10 @@ def mixes_partial_families(placements: Sequence[object]) -> bool:
     return len({_OP_FAMILY[p.reduce_op] for p in placements if isinstance(p, Partial)}) > 1
 
 
-class PlacementError(ValueError):
-    """A placement, or a list of placements, that cannot describe the tensor on the mesh.
+class PlacementError(ValueError, RuntimeError):
+    """A placement, or a list of placements, that cannot describe the tensor on the mesh. A
+    ``RuntimeError`` too, as torch's ``from_local`` and ``distribute_tensor`` raise for most
+    of these (Note [torch's error types] in dtensor/__init__.py).
 
     >>> try:
     ...     normalize_placements([Shard(2)], ndim=1, mesh_ndim=1)
@@ -41,6 +43,11 @@ class PlacementError(ValueError):
     ...     print(e)
     Shard(2) is out of range for a 1-d tensor: expected a dim in [-1, 0]
     """
+
+
+class PlacementTypeError(PlacementError, TypeError):
+    """A placement built from a value of the wrong type (``Shard("0")``): a ``TypeError``
+    too, as torch's is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +65,7 @@ class Shard:
 
     def __post_init__(self) -> None:
         if isinstance(self.dim, bool) or not isinstance(self.dim, int):
-            raise PlacementError(f"Shard(dim={self.dim!r}): dim must be an int")
+            raise PlacementTypeError(f"Shard(dim={self.dim!r}): dim must be an int")
 
     def __str__(self) -> str:
         return f"S({self.dim})"

@@ -42,8 +42,10 @@ class Decision:
     candidates: tuple[Candidate, ...]  # every feasible one, cheapest first
 
 
-class ShardingError(ValueError):
-    """No strategy satisfies the op's constraints (pins, in-place arguments)."""
+class ShardingError(ValueError, RuntimeError):
+    """No strategy satisfies the op's constraints (pins, in-place arguments). A
+    ``RuntimeError`` too, as torch's refusal of an in-place op that would move its target is
+    (Note [torch's error types] in dtensor/__init__.py)."""
 
 
 def per_dim_strategies(op: OpSpec, registry: Registry = REGISTRY) -> list[list[Strategy]]:

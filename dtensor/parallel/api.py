@@ -25,7 +25,8 @@ from torch import nn
 
 from dtensor.api import distribute_tensor
 from dtensor.mesh import DeviceMesh, resolve_mesh
-from dtensor.parallel.errors import ParallelPlanError, ParallelStyleError
+from dtensor.parallel.errors import (AlreadyParallelizedError, ParallelPlanError,
+                                     ParallelPlanTypeError)
 from dtensor.parallel.styles import ParallelStyle, distribute_parameter
 from dtensor.placements import Replicate
 from dtensor.tensor import DTensor
@@ -61,12 +62,14 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
         parallelize_plan.src_data_rank = src_data_rank
         return parallelize_plan._apply(module, device_mesh)
     if not isinstance(parallelize_plan, dict):
-        raise ParallelStyleError(f"parallelize_plan must be a ParallelStyle or a dict of module "
-                                 f"path -> ParallelStyle, got {type(parallelize_plan).__name__}")
+        raise ParallelPlanTypeError(
+            f"parallelize_plan must be a ParallelStyle or a dict of module path -> "
+            f"ParallelStyle, got {type(parallelize_plan).__name__}")
     for key, style in parallelize_plan.items():
         if not isinstance(style, ParallelStyle):
-            raise ParallelStyleError(f"parallelize_plan[{key!r}] is {style!r}: expected a "
-                                     "ParallelStyle (ColwiseParallel(), RowwiseParallel(), ...)")
+            raise ParallelPlanTypeError(
+                f"parallelize_plan[{key!r}] is {style!r}: expected a ParallelStyle "
+                "(ColwiseParallel(), RowwiseParallel(), ...)")
         matched = list(_match(module, key.split("."))) if key else [module]  # "": the root
         if not matched:
             raise ParallelPlanError(key, type(module).__name__, _closest(module, key))
@@ -118,8 +121,8 @@ def distribute_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
     """
     device_mesh = resolve_mesh(device_mesh, "distribute_module")
     if getattr(module, "_dtensor_distributed", False):
-        raise ParallelStyleError(f"distribute_module was already applied to "
-                                 f"{type(module).__name__}: it applies once per module")
+        raise AlreadyParallelizedError(f"distribute_module was already applied to "
+                                       f"{type(module).__name__}: it applies once per module")
     for name, sub in module.named_modules():
         if partition_fn is not None:
             partition_fn(name, sub, device_mesh)
