@@ -23,6 +23,24 @@ class ParallelStyleError(ValueError):
     """
 
 
+# torch raises these builtin types for the same mistakes; ours are those too (Note [torch's
+# error types] in dtensor/__init__.py)
+class StyleLayoutsError(ParallelStyleError, AssertionError):
+    """A PrepareModuleInput/Output built with layouts that do not pair up."""
+
+
+class UnsupportedModuleError(ParallelStyleError, NotImplementedError):
+    """A style applied to a module kind it cannot shard (ColwiseParallel on a Conv2d)."""
+
+
+class AlreadyParallelizedError(ParallelStyleError, RuntimeError):
+    """A module distributed or parallelized a second time."""
+
+
+class ParallelPlanTypeError(ParallelStyleError, TypeError):
+    """A ``parallelize_plan`` (or one of its values) that is not a ParallelStyle."""
+
+
 class ParallelPlanError(ValueError):
     """A plan key that names no submodule (``closest`` lists the nearest real paths).
 

@@ -32,7 +32,8 @@ from torch import nn
 from dtensor import comm
 from dtensor.api import distribute_tensor
 from dtensor.mesh import DeviceMesh
-from dtensor.parallel.errors import ParallelStyleError
+from dtensor.parallel.errors import (AlreadyParallelizedError, ParallelStyleError,
+                                     StyleLayoutsError, UnsupportedModuleError)
 from dtensor.placements import Placement, Replicate, Shard, normalize_placements
 from dtensor.tensor import DTensor
 
@@ -98,7 +99,7 @@ def distribute_parameter(module: nn.Module, name: str, mesh: DeviceMesh,
     if param is None:
         return
     if isinstance(param, DTensor):
-        raise ParallelStyleError(
+        raise AlreadyParallelizedError(
             f"{type(module).__name__}.{name} is already a DTensor on {param.device_mesh!r} "
             f"with {param.placements}: a module can be parallelized once per mesh")
     dt = distribute_tensor(param.detach(), mesh, placements, src_data_rank=src_data_rank)
@@ -160,7 +161,7 @@ def _kind(module: nn.Module, style: object) -> str:
         return "linear"
     if isinstance(module, nn.Embedding):
         return "embedding"
-    raise ParallelStyleError(
+    raise UnsupportedModuleError(
         f"{type(style).__name__} shards nn.Linear or nn.Embedding weights, but was applied to "
         f"{type(module).__name__}: use SequenceParallel for norms and dropout, "
         f"PrepareModuleInput/PrepareModuleOutput for containers, or distribute_module with a "
@@ -310,11 +311,11 @@ def _as_tuple(x: Any) -> tuple | None:
 def _check_same_length(style: str, a: tuple | None, b: tuple | None, names: str) -> None:
     if a is None or b is None:
         if (a is None) != (b is None):
-            raise ParallelStyleError(f"{style}: {names} must be given together")
+            raise StyleLayoutsError(f"{style}: {names} must be given together")
         return
     if len(a) != len(b):
-        raise ParallelStyleError(f"{style}: {names} have different lengths ({len(a)} and "
-                                 f"{len(b)}): expected one desired layout per layout")
+        raise StyleLayoutsError(f"{style}: {names} have different lengths ({len(a)} and "
+                                f"{len(b)}): expected one desired layout per layout")
 
 
 class PrepareModuleInput(ParallelStyle):
@@ -350,8 +351,8 @@ class PrepareModuleInput(ParallelStyle):
                            "input_layouts and desired_input_layouts")
         missing = set(self.input_kwarg_layouts) ^ set(self.desired_input_kwarg_layouts)
         if missing:
-            raise ParallelStyleError(f"PrepareModuleInput: kwargs {sorted(missing)} need both an "
-                                     "input_kwarg_layout and a desired_input_kwarg_layout")
+            raise StyleLayoutsError(f"PrepareModuleInput: kwargs {sorted(missing)} need both an "
+                                    "input_kwarg_layout and a desired_input_kwarg_layout")
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         check_tp_mesh(self, device_mesh)
