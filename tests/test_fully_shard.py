@@ -123,12 +123,15 @@ def test_state_bytes_are_about_one_over_dp_and_gathered_parameters_are_freed():
      r"already fully sharded; apply fully_shard/replicate once per module"),
     (lambda mesh: replicate(fully_shard(nn.Linear(4, 4), mesh["dp"]), mesh["dp"]),
      r"already fully sharded"),
-    (lambda mesh: fully_shard(nn.Linear(4, 4), mesh),
-     r"takes the 1-d data-parallel mesh, got the 2-d"),
+    (lambda mesh: fully_shard(nn.Linear(4, 4), init_device_mesh("cpu", (1, 2, 2))),
+     r"takes the 1-d data-parallel mesh or a 2-d \(replicate, shard\) one \(HSDP\), got "
+     r"the 3-d"),
+    (lambda mesh: replicate(nn.Linear(4, 4), mesh),
+     r"replicate takes the 1-d data-parallel mesh, got the 2-d"),
     (lambda mesh: fully_shard(parallelize_module(
         nn.Linear(4, 4), init_device_mesh("cpu", (4,)), ColwiseParallel()), mesh["dp"]),
      r"not cut from the same mesh as the data-parallel"),
-], ids=["twice", "replicate-after-shard", "2d-mesh", "foreign-tp-mesh"])
+], ids=["twice", "replicate-after-shard", "3d-mesh", "replicate-2d-mesh", "foreign-tp-mesh"])
 def test_misuse_gets_a_clear_error(build, message):
     def body() -> None:
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))

@@ -4,15 +4,17 @@ and replicated data parallel (``fully_shard``, ``replicate``) and ``loss_paralle
 
 from dtensor.parallel.api import distribute_module, parallelize_module
 from dtensor.parallel.loss import loss_parallel
-from dtensor.parallel.fsdp import fully_shard, replicate, state_bytes
+from dtensor.parallel.fsdp import FSDPModule, fully_shard, replicate, state_bytes
+from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.parallel.errors import FullyShardError, ParallelPlanError, ParallelStyleError
 from dtensor.parallel.styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
                                      PrepareModuleInputOutput, PrepareModuleOutput,
                                      RowwiseParallel, SequenceParallel)
 
 __all__ = [
-    "ColwiseParallel", "FullyShardError", "ParallelPlanError", "ParallelStyle",
-    "ParallelStyleError", "PrepareModuleInput", "PrepareModuleInputOutput",
-    "PrepareModuleOutput", "RowwiseParallel", "SequenceParallel", "distribute_module",
-    "parallelize_module", "fully_shard", "loss_parallel", "replicate", "state_bytes",
+    "ColwiseParallel", "FSDPModule", "FullyShardError", "MixedPrecisionPolicy",
+    "ParallelPlanError", "ParallelStyle", "ParallelStyleError", "PrepareModuleInput",
+    "PrepareModuleInputOutput", "PrepareModuleOutput", "RowwiseParallel", "SequenceParallel",
+    "distribute_module", "parallelize_module", "fully_shard", "loss_parallel", "replicate",
+    "state_bytes",
 ]

@@ -16,38 +16,32 @@ chunks and gathering it needs an all-to-all over the whole mesh first (torch's F
 dim 0 and adds a strided placement to express the other nesting). Only a 1-d parameter
 sharded by tp (a column-wise bias) nests, with the extra exchange.
 
-Note [gather and reduce-scatter as one autograd function]
-Before a module's forward, each of its parameters is redistributed to Replicate on the dp
-dim (an all-gather) and handed to the forward as a DTensor on the tp mesh (or a plain tensor
-without tp): the module computes exactly as without data parallelism, on this rank's batch.
-The gather is an autograd function whose backward takes the gradient, a sum over this rank's
-batch, as ``Partial(avg)`` over dp and redistributes it to the stored placements: a
-reduce-scatter that averages, which equals the gradient of the global mean loss when every
-rank holds an equal share of the batch. The gradient lands in ``param.grad`` by ordinary
-accumulation, already sharded. ``replicate`` is the same function with Replicate on dp: the
-gather is free and the backward an all-reduce.
+Note [HSDP]
+Given a 2-d mesh, ``fully_shard`` shards over its second dim and replicates over its first
+(torch's hybrid sharding): each parameter is ``[Replicate(), Shard(d)]`` there (tp dims
+aside), gathered over the shard dim alone, its gradient reduce-scattered over the shard dim
+and the 1/shard piece all-reduced (averaged) across the replicas. A replica group holds a
+whole copy of the model, so the bytes that cross the (slower) replica links are 1/shard of a
+replicated all-reduce's.
 
-Note [free after forward]
-After the forward, the gathered parameters are freed (their storage resized to zero) and the
-module's outputs get a hook that gathers them again into the same storage just before the
-module's backward needs them; autograd's saved views of them are valid again. After the
-backward the gathered copies are freed once more. ``reshard_after_forward=False`` keeps them
-from forward to backward instead (less communication, more memory).
+The hooks (gather before forward, free after, gather again before backward, reduce-scatter
+in the backward, checkpointed recomputation, accumulation) are in ``fsdp_hooks``.
 """
 
 from __future__ import annotations
 
-import contextvars
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
-from dtensor.parallel.fsdp_comm import Pieces, gather_all, pieces_of, reduce_scatter_all
+from dtensor.parallel.fsdp_comm import GradPiece, Pieces, pieces_of
+from dtensor.parallel.fsdp_hooks import after_forward, before_forward
+from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides
@@ -62,11 +56,22 @@ class _Managed:
     name: str
     param: nn.Parameter  # the stored DTensor (Note [fully_shard layout])
     mesh: DeviceMesh  # the mesh it is stored on
-    dp_dim: int  # which dim of ``mesh`` is data parallel
+    dp_dim: int  # which dim of ``mesh`` dp shards (or replicates, for ``replicate``)
+    replicate_dim: int | None  # Note [HSDP]: the dim of ``mesh`` across replicas, if any
     compute_mesh: DeviceMesh | None  # the tp mesh the forward sees, None for plain tensors
     pieces: Pieces | None = None  # Note [one collective per module]
     gathered: torch.Tensor | None = None  # this rank's piece of the gathered parameter
     owns_gathered: bool = False  # the gathered piece has storage of its own (may be freed)
+    accumulated: GradPiece | None = None  # Note [gradient accumulation]
+
+    @property
+    def dp_dims(self) -> tuple[int, ...]:
+        return (self.dp_dim,) if self.replicate_dim is None else (self.replicate_dim,
+                                                                  self.dp_dim)
+
+    @property
+    def tp_dims(self) -> list[int]:
+        return [m for m in range(self.mesh.ndim) if m not in self.dp_dims]
 
 
 @dataclass
@@ -74,19 +79,72 @@ class _State:
     module: nn.Module
     mode: str  # "shard" or "replicate"
     reshard_after_forward: bool
+    mp: MixedPrecisionPolicy = field(default_factory=MixedPrecisionPolicy)
     params: list[_Managed] = field(default_factory=list)
     handles: list[Any] = field(default_factory=list)
     is_root: bool | None = None  # decided at the first forward (Note [free after forward])
+    in_backward: bool = False  # Note [recomputed forward]
+    requires_gradient_sync: bool = True  # Note [gradient accumulation]
 
 
-def fully_shard(module: nn.Module, mesh: DeviceMesh, *,
-                reshard_after_forward: bool = True) -> nn.Module:
+class FSDPModule:
+    """The methods ``fully_shard`` and ``replicate`` add to a module, under torch's names: the
+    module's class becomes a subclass of this and of its own class (as torch's FSDP2 does;
+    the new class keeps the old name, so reprs and module paths read as before).
+
+    >>> import torch, simpg
+    >>> from torch import nn
+    >>> from dtensor import init_device_mesh
+    >>> def body():
+    ...     m = fully_shard(nn.Linear(4, 3), init_device_mesh("cpu", (2,)))
+    ...     m.set_requires_gradient_sync(False)  # accumulate: no reduce-scatter
+    ...     m(torch.ones(2, 4)).sum().backward()
+    ...     return isinstance(m, FSDPModule), m.weight.grad
+    >>> simpg.run(body, 2)
+    [(True, None), (True, None)]
+    """
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool, *,
+                                   recurse: bool = True) -> None:
+        """Whether the backward reduces gradients over dp (Note [gradient accumulation]);
+        with ``recurse``, for every data-parallel module inside this one too."""
+        if not isinstance(requires_gradient_sync, bool):
+            raise FullyShardError(f"set_requires_gradient_sync: expected a bool, got "
+                                  f"{requires_gradient_sync!r}")
+        assert isinstance(self, nn.Module)
+        for module in (self.modules() if recurse else [self]):
+            state = data_parallel_state(module)
+            if state is not None:
+                state.requires_gradient_sync = requires_gradient_sync
+
+
+_fsdp_classes: dict[type, type] = {}
+_fsdp_classes_lock = threading.Lock()
+
+
+def _become_fsdp_module(module: nn.Module) -> None:
+    cls = type(module)
+    if issubclass(cls, FSDPModule):
+        return
+    with _fsdp_classes_lock:  # one class per base, shared by every rank's thread
+        new = _fsdp_classes.get(cls)
+        if new is None:
+            new = type(cls.__name__, (FSDPModule, cls), {"__qualname__": cls.__qualname__,
+                                                         "__module__": cls.__module__})
+            _fsdp_classes[cls] = new
+    module.__class__ = new
+
+
+def fully_shard(module: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool = True,
+                mp_policy: MixedPrecisionPolicy = MixedPrecisionPolicy()) -> nn.Module:
     """Shard ``module``'s parameters (those not already managed by a fully sharded or
-    replicated submodule) over the 1-d data-parallel ``mesh``, gather them around the
-    module's forward and backward, and reduce-scatter their gradients (averaged over the dp
-    ranks). Apply it to each block, then to the root. Parameters that are DTensors on a
-    tensor-parallel mesh cut from the same mesh as ``mesh`` keep that sharding too
-    (Note [fully_shard layout]). Returns ``module``.
+    replicated submodule) over the data-parallel ``mesh``, gather them around the module's
+    forward and backward, and reduce-scatter their gradients (averaged over the dp ranks).
+    Apply it to each block, then to the root. A 2-d ``mesh`` is (replicate, shard): hybrid
+    sharding (Note [HSDP]). Parameters that are DTensors on a tensor-parallel mesh cut from
+    the same mesh as ``mesh`` keep that sharding too (Note [fully_shard layout]).
+    ``mp_policy`` sets the dtypes (Note [mixed precision in fully_shard]). Returns
+    ``module``, now also an :class:`FSDPModule`.
 
     >>> import torch, simpg
     >>> from torch import nn
@@ -99,7 +157,7 @@ def fully_shard(module: nn.Module, mesh: DeviceMesh, *,
     >>> simpg.run(body, 2)
     [((Shard(dim=0),), (2, 4), (2, 4)), ((Shard(dim=0),), (1, 4), (1, 4))]
     """
-    return _data_parallel(module, mesh, "shard", reshard_after_forward)
+    return _data_parallel(module, mesh, "shard", reshard_after_forward, mp_policy)
 
 
 def replicate(module: nn.Module, mesh: DeviceMesh) -> nn.Module:
@@ -117,15 +175,15 @@ def replicate(module: nn.Module, mesh: DeviceMesh) -> nn.Module:
     >>> simpg.run(body, 2)
     [((Replicate(),), [0.5, 0.5, 0.5, 0.5]), ((Replicate(),), [0.5, 0.5, 0.5, 0.5])]
     """
-    return _data_parallel(module, mesh, "replicate", False)
+    return _data_parallel(module, mesh, "replicate", False, MixedPrecisionPolicy())
 
 
 def data_parallel_state(module: nn.Module) -> _State | None:
     return module.__dict__.get("_dtensor_dp_state")
 
 
-def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str,
-                   reshard_after_forward: bool) -> nn.Module:
+def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str, reshard_after_forward: bool,
+                   mp_policy: MixedPrecisionPolicy) -> nn.Module:
     what = "fully_shard" if mode == "shard" else "replicate"
     if not isinstance(module, nn.Module):
         raise TypeError(f"{what}: expected an nn.Module, got {type(module).__name__}")
@@ -137,16 +195,23 @@ def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str,
     if not isinstance(mesh, DeviceMesh):
         raise FullyShardError(f"{what}: mesh must be a dtensor DeviceMesh, got "
                               f"{type(mesh).__name__}")
-    if mesh.ndim != 1:
-        raise FullyShardError(f"{what} takes the 1-d data-parallel mesh, got the {mesh.ndim}-d "
-                              f"{mesh!r}: pass e.g. mesh['dp']")
-    state = _State(module, mode, reshard_after_forward)
+    takes = "1-d data-parallel mesh" + (" or a 2-d (replicate, shard) one (HSDP)"
+                                        if mode == "shard" else "")
+    if mesh.ndim > (2 if mode == "shard" else 1):
+        raise FullyShardError(f"{what} takes the {takes}, got the {mesh.ndim}-d {mesh!r}: pass "
+                              f"e.g. mesh['dp']")
+    if not isinstance(mp_policy, MixedPrecisionPolicy):
+        raise FullyShardError(f"{what}: mp_policy must be a MixedPrecisionPolicy, got "
+                              f"{type(mp_policy).__name__}")
+    state = _State(module, mode, reshard_after_forward, mp_policy)
     for owner, name, param in _own_parameters(module):
         state.params.append(_shard_parameter(owner, name, param, mesh, mode, what))
     module.__dict__["_dtensor_dp_state"] = state
-    state.handles.append(module.register_forward_pre_hook(lambda _m, _i: _unshard(state)))
+    _become_fsdp_module(module)
+    state.handles.append(module.register_forward_pre_hook(
+        lambda _m, args, kwargs: before_forward(state, args, kwargs), with_kwargs=True))
     state.handles.append(module.register_forward_hook(
-        lambda _m, _i, out: _after_forward(state, out)))
+        lambda _m, _i, out: after_forward(state, out)))
     return module
 
 
@@ -174,21 +239,23 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     dp_placement: Placement = Replicate()
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
         dp_placement = Shard(_dp_shard_dim(param))
+    root, dp_dims = dp_mesh.root_mesh()
+    replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None  # Note [HSDP]
+    dp_dim = dp_dims[-1]
     if not isinstance(param, DTensor):
         # on the mesh dp was cut from, replicated on its other dims: every parameter of a
         # model then lives on one mesh, so an optimizer's foreach ops can take them together
-        mesh, dp_dims = dp_mesh.root_mesh()
-        dp_dim, compute_mesh = dp_dims[0], None
+        mesh, compute_mesh = root, None
         placements: tuple[Placement, ...] = tuple(
             dp_placement if m == dp_dim else Replicate() for m in range(mesh.ndim))
         local = redistribute_local_tensor(param.detach(), mesh, (Replicate(),) * mesh.ndim,
                                           placements, tuple(param.shape))
     else:
         compute_mesh = param.device_mesh
-        mesh, dp_dim, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name,
-                                                    what)
-        source = tuple(param.placements[_other_dims(mesh, dp_dim).index(m)]
-                       if m != dp_dim else Replicate() for m in range(mesh.ndim))
+        mesh, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name, what)
+        tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
+        source = tuple(param.placements[tp_dims.index(m)] if m in tp_dims else Replicate()
+                       for m in range(mesh.ndim))
         local = redistribute_local_tensor(param._local_tensor.detach(), mesh, source,
                                           placements, tuple(param.shape))
     shape = tuple(param.shape)
@@ -196,7 +263,7 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     stored = nn.Parameter(DTensor(local.contiguous(), spec, requires_grad=False),
                           requires_grad=param.requires_grad)
     owner._parameters[name] = stored
-    managed = _Managed(owner, name, stored, mesh, dp_dim, compute_mesh)
+    managed = _Managed(owner, name, stored, mesh, dp_dim, replicate_dim, compute_mesh)
     managed.pieces = pieces_of(managed)
     return managed
 
@@ -208,14 +275,10 @@ def _dp_shard_dim(param: torch.Tensor) -> int:
     return next((d for d in range(param.dim()) if d not in taken), 0)
 
 
-def _other_dims(mesh: DeviceMesh, dp_dim: int) -> list[int]:
-    return [m for m in range(mesh.ndim) if m != dp_dim]
-
-
 def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placement,
                      owner: nn.Module, name: str,
-                     what: str) -> tuple[DeviceMesh, int, tuple[Placement, ...]]:
-    """The mesh both meshes were cut from, the dp dim on it, and the combined placements."""
+                     what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
+    """The mesh both meshes were cut from and the combined placements on it."""
     tp_mesh = param.device_mesh
     where = f"{what}: parameter {type(owner).__name__}.{name} is a DTensor on {tp_mesh!r}"
     root, tp_dims = tp_mesh.root_mesh()
@@ -230,123 +293,15 @@ def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placemen
                               f"complementary dims of {root!r}")
     if list(tp_dims) != sorted(tp_dims):
         raise FullyShardError(f"{where}: its mesh dims are permuted relative to {root!r}")
-    dp_dim = dp_dims[0]
     placements: list[Placement] = []
     others = iter(param.placements)
     for m in range(root.ndim):
-        placements.append(dp_placement if m == dp_dim else next(others))
+        placements.append(dp_placement if m == dp_dims[-1] else
+                          Replicate() if m in dp_dims else next(others))
     if any(isinstance(p, Partial) for p in placements):
         raise FullyShardError(f"{where} with Partial placements: expected a parameter "
                               f"holding values, not pending sums")
-    return root, dp_dim, tuple(placements)
-
-
-# -- gather / reduce-scatter -----------------------------------------------------------------
-class _GatherModule(torch.autograd.Function):
-    """Note [gather and reduce-scatter as one autograd function], for all of a module's
-    parameters at once (Note [one collective per module]): autograd calls the backward once,
-    when the gradients of every gathered parameter the module used are complete."""
-
-    @staticmethod
-    def forward(ctx: Any, state: _State, *stored: DTensor) -> tuple:  # type: ignore[override]
-        ctx.state = state
-        ctx.set_materialize_grads(False)  # an unused parameter gets no gradient, not zeros
-        with torch.no_grad():
-            gathered = gather_all(state.params)
-        outs = []
-        for m, local in zip(state.params, gathered):
-            m.gathered = local
-            # only a piece with storage of its own may be freed: not the stored shard itself
-            # (replicate, or a dp mesh of one rank). Decided now: freed storage has no address
-            mine = m.param._local_tensor
-            m.owns_gathered = (local.untyped_storage().data_ptr()
-                               != mine.untyped_storage().data_ptr()
-                               or (local.numel() > 0 and mine.numel() == 0))
-            outs.append(_as_compute(local, m))
-        return tuple(outs)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
-        state: _State = ctx.state
-        with torch.no_grad():
-            locals_ = reduce_scatter_all(state.params, grads)
-        out: list[DTensor | None] = [None]
-        for m, local in zip(state.params, locals_):
-            out.append(None if local is None else
-                       DTensor(local.contiguous(), m.param._spec, requires_grad=False))
-        if state.reshard_after_forward:
-            for m in state.params:
-                _free(m)
-        return tuple(out)
-
-
-def _as_compute(local: torch.Tensor, m: _Managed) -> torch.Tensor:
-    if m.compute_mesh is None:
-        # a fresh tensor is returned as is; the stored shard itself (nothing to gather) as a
-        # view, so autograd does not take over the parameter's own storage
-        return local if m.owns_gathered else local.view_as(local)
-    spec = m.param._spec
-    tp = tuple(spec.placements[i] for i in _other_dims(m.mesh, m.dp_dim))
-    tp_spec = DTensorSpec(m.compute_mesh, tp, spec.shape, spec.stride, spec.dtype)
-    return DTensor(local, tp_spec, requires_grad=False)  # autograd marks the output
-
-
-def _free(m: _Managed) -> None:
-    if m.owns_gathered and m.gathered is not None:
-        m.gathered.untyped_storage().resize_(0)
-
-
-def _regather(state: _State) -> None:
-    """Gather the freed parameters again, into the same storage (Note [free after forward])."""
-    freed = [m for m in state.params if m.owns_gathered and m.gathered is not None
-             and m.gathered.untyped_storage().size() == 0]
-    if not freed:
-        return
-    with torch.no_grad():
-        fresh = gather_all(freed)
-    for m, new in zip(freed, fresh):
-        g = m.gathered
-        assert g is not None
-        storage = g.untyped_storage()
-        storage.resize_(new.untyped_storage().nbytes())
-        # write through an alias with its own version counter: autograd's saved views of the
-        # gathered parameter must not look modified in place (they hold the same values again)
-        alias = torch.empty(0, dtype=g.dtype, device=g.device)
-        alias.set_(storage, g.storage_offset(), g.shape, g.stride())
-        with torch.no_grad():
-            alias.copy_(new)
-
-
-# -- hooks -----------------------------------------------------------------------------------
-_forwards_open: contextvars.ContextVar[int] = contextvars.ContextVar("dtensor_fsdp_open",
-                                                                     default=0)
-
-
-def _unshard(state: _State) -> None:
-    if state.is_root is None:  # the outermost data-parallel module of the first forward
-        state.is_root = _forwards_open.get() == 0
-    _forwards_open.set(_forwards_open.get() + 1)
-    outs = _GatherModule.apply(state, *[m.param for m in state.params])
-    for m, gathered in zip(state.params, outs):
-        m.owner._parameters[m.name] = gathered
-
-
-def _after_forward(state: _State, out: Any) -> Any:
-    _forwards_open.set(max(_forwards_open.get() - 1, 0))
-    for m in state.params:
-        m.owner._parameters[m.name] = m.param
-    if not state.reshard_after_forward:
-        return out
-    if state.is_root and torch.is_grad_enabled():
-        return out  # the backward starts with the root: freeing now means gathering again
-    for m in state.params:
-        _free(m)
-    outputs = [t for t in pytree.tree_leaves(out)
-               if isinstance(t, torch.Tensor) and t.requires_grad]
-    if outputs and torch.is_grad_enabled():
-        torch.autograd.graph.register_multi_grad_hook(
-            outputs, lambda _grads: _regather(state), mode="any")
-    return out
+    return root, tuple(placements)
 
 
 def state_bytes(params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer | None = None

@@ -9,6 +9,9 @@ size comes from the layout), and each parameter's gathered piece is assembled fr
 ranks' pieces at the boxes the layout gives. The reduce-scatter is the mirror image: each
 parameter's gradient is cut at the same boxes, the cuts for dp rank j of every parameter are
 packed into piece j, and one reduce-scatter (average) hands every rank its packed pieces.
+Parameters replicated over dp (``replicate``, scalars) need no gather; their gradients share
+one all-reduce. Under HSDP (Note [HSDP]) the reduced flat buffer is all-reduced once more,
+across the replicas.
 
 This needs each dp rank's stored piece to lie inside this rank's gathered piece, which holds
 unless tensor parallelism shards the same dim that dp shards (a 1-d column-wise bias, Note
@@ -24,11 +27,15 @@ import torch
 
 from dtensor import comm
 from dtensor.layout import box_contains, box_shape, local_box
-from dtensor.placements import Partial, Placement, Replicate
+from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
 
 if TYPE_CHECKING:
     from dtensor.parallel.fsdp import _Managed
+
+# a gradient's local piece and its placements on the parameter's mesh (dp dims Replicate:
+# this rank's own sum; tp dims as the gradient arrived, Partial ones included)
+GradPiece = tuple[torch.Tensor, tuple[Placement, ...]]
 
 
 @dataclass(frozen=True)
@@ -42,14 +49,13 @@ class Pieces:
 
 def pieces_of(m: _Managed) -> Pieces | None:
     """The pieces of ``m`` on this rank's dp group, or None if they do not tile its gathered
-    piece (Note [one collective per module])."""
+    piece (Note [one collective per module]) or there is nothing to gather."""
     spec = m.param._spec
     mesh_shape = m.mesh.shape
     coord = m.mesh.get_coordinate()
-    if coord is None:
+    if coord is None or not is_sharded_over_dp(m):
         return None
-    compute = tuple(Replicate() if i == m.dp_dim else p for i, p in enumerate(spec.placements))
-    outer = local_box(spec.shape, mesh_shape, compute, coord)
+    outer = local_box(spec.shape, mesh_shape, compute_placements(m), coord)
     shapes, slices = [], []
     for j in range(mesh_shape[m.dp_dim]):
         at = list(coord)
@@ -62,27 +68,39 @@ def pieces_of(m: _Managed) -> Pieces | None:
     return Pieces(box_shape(outer), tuple(shapes), tuple(slices))
 
 
-def _groups(ms: Sequence[_Managed]) -> dict[tuple, list[int]]:
-    """Indices of the parameters that can share one collective: same mesh, dp dim, dtype."""
+def is_sharded_over_dp(m: _Managed) -> bool:
+    return isinstance(m.param._spec.placements[m.dp_dim], Shard)
+
+
+def _groups(ms: Sequence[_Managed], dtypes: Sequence[torch.dtype],
+            which: Sequence[int]) -> list[list[int]]:
+    """``which`` split into runs that can share one collective: same mesh, dims and dtype."""
     out: dict[tuple, list[int]] = {}
-    for i, m in enumerate(ms):
-        if m.pieces is not None:
-            out.setdefault((id(m.mesh), m.dp_dim, m.param.dtype), []).append(i)
-    return out
+    for i in which:
+        m = ms[i]
+        out.setdefault((id(m.mesh), m.dp_dim, m.replicate_dim, dtypes[i]), []).append(i)
+    return list(out.values())
 
 
-def gather_all(ms: Sequence[_Managed]) -> list[torch.Tensor]:
-    """Each parameter's gathered piece (Replicate over dp), one all-gather per group."""
+def gather_all(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """Each parameter's gathered piece (Replicate over dp), cast to ``dtype`` first (Note
+    [mixed precision in fully_shard]), one all-gather per group. A parameter replicated over
+    dp is its stored piece itself when no cast is needed."""
     out: list[torch.Tensor | None] = [None] * len(ms)
+    stored = [m.param._local_tensor if dtype is None else m.param._local_tensor.to(dtype)
+              for m in ms]
     for i, m in enumerate(ms):
-        if m.pieces is None:  # nested on the dp dim: on its own
+        if not is_sharded_over_dp(m):
+            out[i] = stored[i]
+        elif m.pieces is None:  # nested on the dp dim: on its own
             spec = m.param._spec
-            out[i] = redistribute_local_tensor(m.param._local_tensor, m.mesh, spec.placements,
+            out[i] = redistribute_local_tensor(stored[i], m.mesh, spec.placements,
                                                compute_placements(m), spec.shape)
-    for idx in _groups(ms).values():
+    with_pieces = [i for i, m in enumerate(ms) if m.pieces is not None]
+    for idx in _groups(ms, [t.dtype for t in stored], with_pieces):
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
-        mine = torch.cat([ms[i].param._local_tensor.reshape(-1) for i in idx])
+        mine = torch.cat([stored[i].reshape(-1) for i in idx])
         sizes = [(sum(_numel(ms[i].pieces.shapes[j]) for i in idx),) for j in range(n)]
         flats = comm.all_gather(mine, sizes, first.mesh.get_group(first.dp_dim))
         offsets = [0] * n
@@ -97,21 +115,49 @@ def gather_all(ms: Sequence[_Managed]) -> list[torch.Tensor]:
     return out  # type: ignore[return-value]
 
 
+def grad_pieces(ms: Sequence[_Managed], grads: Sequence[torch.Tensor | None],
+                dtype: torch.dtype | None = None) -> list[GradPiece | None]:
+    """Each gradient as autograd handed it (a plain tensor, or a DTensor on the tp mesh) as
+    a local piece with its placements on the parameter's mesh, cast to ``dtype``."""
+    out: list[GradPiece | None] = []
+    for m, g in zip(ms, grads):
+        if g is None:
+            out.append(None)
+            continue
+        placements = list(compute_placements(m))
+        local = getattr(g, "_local_tensor", g)
+        if local is not g:  # a DTensor on the tp mesh
+            for k, p in zip(m.tp_dims, g.placements):  # type: ignore[attr-defined]
+                placements[k] = p
+        out.append((local if dtype is None else local.to(dtype), tuple(placements)))
+    return out
+
+
+def add_grad_pieces(m: _Managed, a: GradPiece | None, b: GradPiece | None) -> GradPiece | None:
+    """The sum of two gradients of ``m`` (gradient accumulation without sync)."""
+    if a is None or b is None:
+        return a if b is None else b
+    local, placements = b
+    if placements != a[1]:
+        local = redistribute_local_tensor(local, m.mesh, placements, a[1], m.param._spec.shape)
+    return a[0] + local.to(a[0].dtype), a[1]
+
+
 def reduce_scatter_all(ms: Sequence[_Managed],
-                       grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-    """Each gradient (a gathered-layout piece holding this rank's batch's sum, the tp dims in
-    ``tp_placements[i]``) averaged over dp into the stored layout: one reduce-scatter per
-    group of parameters that have gradients."""
+                       grads: Sequence[GradPiece | None]) -> list[torch.Tensor | None]:
+    """Each gradient (this rank's batch's sum) averaged over dp (and the replicas) into the
+    stored layout and dtype: one reduce-scatter per group of sharded parameters that have
+    gradients, one all-reduce per group of parameters replicated over dp."""
     out: list[torch.Tensor | None] = [None] * len(ms)
     ready: list[torch.Tensor | None] = [None] * len(ms)
     pending: dict[int, tuple[Placement, ...]] = {}  # still Partial over tp after the dp step
-    for i, (m, g) in enumerate(zip(ms, grads)):
-        if g is None:
+    for i, (m, piece) in enumerate(zip(ms, grads)):
+        if piece is None:
             continue
-        local, tp = _local_grad(m, g)
+        local, tp = piece
         spec = m.param._spec
-        if m.pieces is None:
-            src = tuple(Partial("avg") if k == m.dp_dim else p for k, p in enumerate(tp))
+        if is_sharded_over_dp(m) and m.pieces is None:
+            src = tuple(Partial("avg") if k in m.dp_dims else p for k, p in enumerate(tp))
             out[i] = redistribute_local_tensor(local, m.mesh, src, spec.placements, spec.shape)
             continue
         if tp != compute_placements(m):
@@ -119,50 +165,52 @@ def reduce_scatter_all(ms: Sequence[_Managed],
             # the dp average: reduce over dp first, then over tp on the 1/dp piece
             if any(isinstance(p, Partial) for p in tp) and all(
                     p == q or isinstance(p, Partial) for p, q in zip(tp, compute_placements(m))):
-                pending[i] = tuple(p if k != m.dp_dim else spec.placements[k]
+                pending[i] = tuple(spec.placements[k] if k in m.dp_dims else p
                                    for k, p in enumerate(tp))
             else:
                 local = redistribute_local_tensor(local, m.mesh, tp, compute_placements(m),
                                                   spec.shape)
         ready[i] = local
-    for idx in _groups(ms).values():
-        idx = [i for i in idx if ready[i] is not None]
-        if not idx:
-            continue
+    dtypes = [t.dtype if t is not None else torch.float32 for t in ready]
+    has = [i for i, t in enumerate(ready) if t is not None]
+    for idx in _groups(ms, dtypes, [i for i in has if ms[i].pieces is not None]):
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
         inputs = [torch.cat([ready[i][ms[i].pieces.slices[j]].reshape(-1)  # type: ignore
                              for i in idx]) for j in range(n)]
-        group = first.mesh.get_group(first.dp_dim)
-        mine = comm.reduce_scatter(inputs, group, "avg")
+        mine = comm.reduce_scatter(inputs, first.mesh.get_group(first.dp_dim), "avg")
         me = first.mesh.get_local_rank(first.dp_dim)
-        offset = 0
-        for i in idx:
-            shape = ms[i].pieces.shapes[me]
-            out[i] = mine[offset:offset + _numel(shape)].view(shape)
-            offset += _numel(shape)
+        _unpack(_across_replicas(mine, first), idx, [ms[i].pieces.shapes[me] for i in idx], out)
+    for idx in _groups(ms, dtypes, [i for i in has if not is_sharded_over_dp(ms[i])]):
+        first = ms[idx[0]]
+        flat = torch.cat([ready[i].reshape(-1) for i in idx])  # type: ignore[union-attr]
+        flat = comm.all_reduce(flat, first.mesh.get_group(first.dp_dim), "avg")
+        _unpack(_across_replicas(flat, first), idx, [ready[i].shape for i in idx], out)
     for i, src in pending.items():
         spec = ms[i].param._spec
         out[i] = redistribute_local_tensor(out[i], ms[i].mesh, src, spec.placements, spec.shape)
-    return out
+    return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
+
+
+def _across_replicas(flat: torch.Tensor, m: _Managed) -> torch.Tensor:
+    """Note [HSDP]: the average over the replicas of an already dp-averaged buffer."""
+    if m.replicate_dim is None:
+        return flat
+    return comm.all_reduce(flat, m.mesh.get_group(m.replicate_dim), "avg")
+
+
+def _unpack(flat: torch.Tensor, idx: list[int], shapes: Sequence[Sequence[int]],
+            out: list[torch.Tensor | None]) -> None:
+    offset = 0
+    for i, shape in zip(idx, shapes):
+        out[i] = flat[offset:offset + _numel(shape)].view(tuple(shape))
+        offset += _numel(shape)
 
 
 def compute_placements(m: _Managed) -> tuple[Placement, ...]:
     """The gathered layout: Replicate over dp, the parameter's own placements elsewhere."""
     return tuple(Replicate() if i == m.dp_dim else p
                  for i, p in enumerate(m.param._spec.placements))
-
-
-def _local_grad(m: _Managed, grad: torch.Tensor) -> tuple[torch.Tensor, tuple[Placement, ...]]:
-    """The gradient's local piece and its placements on ``m.mesh`` (dp: Replicate, i.e. this
-    rank's own sum; tp dims: as the gradient arrived, Partial ones included)."""
-    placements = list(compute_placements(m))
-    local = getattr(grad, "_local_tensor", grad)
-    if local is not grad:  # a DTensor on the tp mesh
-        others = [k for k in range(m.mesh.ndim) if k != m.dp_dim]
-        for k, p in zip(others, grad.placements):  # type: ignore[attr-defined]
-            placements[k] = p
-    return local, tuple(placements)
 
 
 def _numel(shape: Sequence[int]) -> int:

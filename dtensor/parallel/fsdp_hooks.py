@@ -1,0 +1,203 @@
+"""What ``fully_shard`` and ``replicate`` do around a module's forward and backward.
+
+Note [gather and reduce-scatter as one autograd function]
+Before a module's forward, each of its parameters is redistributed to Replicate on the dp
+dim (an all-gather) and handed to the forward as a DTensor on the tp mesh (or a plain tensor
+without tp): the module computes exactly as without data parallelism, on this rank's batch.
+The gather is an autograd function whose backward takes the gradient, a sum over this rank's
+batch, as ``Partial(avg)`` over dp and redistributes it to the stored placements: a
+reduce-scatter that averages, which equals the gradient of the global mean loss when every
+rank holds an equal share of the batch. The gradient lands in ``param.grad`` by ordinary
+accumulation, already sharded. ``replicate`` is the same function with Replicate on dp: the
+gather is free and the backward an all-reduce.
+
+Note [free after forward]
+After the forward, the gathered parameters are freed (their storage resized to zero) and the
+module's outputs get a hook that gathers them again into the same storage just before the
+module's backward needs them; autograd's saved views of them are valid again. After the
+backward the gathered copies are freed once more. ``reshard_after_forward=False`` keeps them
+from forward to backward instead (less communication, more memory).
+
+Note [recomputed forward]
+Activation checkpointing (``torch.utils.checkpoint``, non-reentrant) saves no activations in
+the forward and runs the module's forward again inside the backward, when autograd first
+needs one of them; it may stop that forward early, once it has what it needs, so the module's
+forward hook need not run. The hook on the outputs marks the module as in backward before any
+of that: a forward then is a recomputation. It must not gather through a new autograd node
+(the gradients flow through the first forward's node), nor free anything (the recomputed
+activations are views of the gathered parameters): it hands the forward the gathered pieces
+the outputs' hook has just re-gathered, as fresh tensors that require grad, so the recomputed
+ops save exactly what the first forward saved. The module's backward (the reduce-scatter)
+puts the stored parameters back and frees the gathered ones.
+
+Note [gradient accumulation]
+``set_requires_gradient_sync(False)`` (torch's name) makes a module's backward keep its
+gradients unreduced, in the gathered layout (in ``reduce_dtype`` when one is set), summed
+over micro-batches; the first backward with sync on adds them to its own and reduce-scatters
+the sum once. ``param.grad`` is untouched until then.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from dtensor.parallel.fsdp_comm import (add_grad_pieces, gather_all, grad_pieces,
+                                        reduce_scatter_all)
+from dtensor.parallel.mixed_precision import cast_floating
+from dtensor.spec import DTensorSpec
+from dtensor.tensor import DTensor
+
+if TYPE_CHECKING:
+    from dtensor.parallel.fsdp import _Managed, _State
+
+
+class _GatherModule(torch.autograd.Function):
+    """Note [gather and reduce-scatter as one autograd function], for all of a module's
+    parameters at once (Note [one collective per module]): autograd calls the backward once,
+    when the gradients of every gathered parameter the module used are complete."""
+
+    @staticmethod
+    def forward(ctx: Any, state: _State, *stored: DTensor) -> tuple:  # type: ignore[override]
+        ctx.state = state
+        ctx.set_materialize_grads(False)  # an unused parameter gets no gradient, not zeros
+        with torch.no_grad():
+            gathered = gather_all(state.params, state.mp.param_dtype)
+        outs = []
+        for m, local in zip(state.params, gathered):
+            m.gathered = local
+            # only a piece with storage of its own may be freed: not the stored shard itself
+            # (replicate, or a dp mesh of one rank). Decided now: freed storage has no address
+            mine = m.param._local_tensor
+            m.owns_gathered = (local.untyped_storage().data_ptr()
+                               != mine.untyped_storage().data_ptr()
+                               or (local.numel() > 0 and mine.numel() == 0))
+            outs.append(_as_compute(local, m))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
+        state: _State = ctx.state
+        out: list[DTensor | None] = [None] * (len(state.params) + 1)
+        with torch.no_grad():
+            pieces = grad_pieces(state.params, grads, state.mp.reduce_dtype)
+            if not state.requires_gradient_sync:  # Note [gradient accumulation]
+                for m, piece in zip(state.params, pieces):
+                    m.accumulated = add_grad_pieces(m, m.accumulated, piece)
+            else:
+                pieces = [add_grad_pieces(m, m.accumulated, piece)
+                          for m, piece in zip(state.params, pieces)]
+                for m in state.params:
+                    m.accumulated = None
+                for i, (m, local) in enumerate(zip(state.params,
+                                                   reduce_scatter_all(state.params, pieces))):
+                    if local is not None:
+                        out[i + 1] = DTensor(local.contiguous(), m.param._spec,
+                                             requires_grad=False)
+        _restore_stored(state)
+        state.in_backward = False
+        if state.reshard_after_forward:
+            for m in state.params:
+                _free(m)
+        return tuple(out)
+
+
+def _as_compute(local: torch.Tensor, m: _Managed, requires_grad: bool = False) -> torch.Tensor:
+    """The gathered piece as the forward sees it (autograd marks _GatherModule's outputs)."""
+    if m.compute_mesh is None:
+        # a fresh tensor is returned as is; the stored shard itself (nothing to gather) as a
+        # view, so autograd does not take over the parameter's own storage
+        out = local if m.owns_gathered else local.view_as(local)
+        return out.requires_grad_(requires_grad) if requires_grad else out
+    spec = m.param._spec
+    tp = tuple(spec.placements[i] for i in m.tp_dims)
+    tp_spec = DTensorSpec(m.compute_mesh, tp, spec.shape, spec.stride, local.dtype)
+    return DTensor(local, tp_spec, requires_grad=requires_grad)
+
+
+def _free(m: _Managed) -> None:
+    if m.owns_gathered and m.gathered is not None:
+        m.gathered.untyped_storage().resize_(0)
+
+
+def _regather(state: _State) -> None:
+    """Gather the freed parameters again, into the same storage (Note [free after forward])."""
+    freed = [m for m in state.params if m.owns_gathered and m.gathered is not None
+             and m.gathered.untyped_storage().size() == 0]
+    if not freed:
+        return
+    with torch.no_grad():
+        fresh = gather_all(freed, state.mp.param_dtype)
+    for m, new in zip(freed, fresh):
+        g = m.gathered
+        assert g is not None
+        storage = g.untyped_storage()
+        storage.resize_(new.untyped_storage().nbytes())
+        # write through an alias with its own version counter: autograd's saved views of the
+        # gathered parameter must not look modified in place (they hold the same values again)
+        alias = torch.empty(0, dtype=g.dtype, device=g.device)
+        alias.set_(storage, g.storage_offset(), g.shape, g.stride())
+        with torch.no_grad():
+            alias.copy_(new)
+
+
+def _restore_stored(state: _State) -> None:
+    for m in state.params:
+        m.owner._parameters[m.name] = m.param
+
+
+# -- hooks -----------------------------------------------------------------------------------
+_forwards_open: contextvars.ContextVar[int] = contextvars.ContextVar("dtensor_fsdp_open",
+                                                                     default=0)
+
+
+def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if state.mp.cast_forward_inputs and state.mp.param_dtype is not None:
+        args, kwargs = cast_floating((args, kwargs), state.mp.param_dtype)
+    if state.in_backward:  # Note [recomputed forward]
+        _regather(state)
+        for m in state.params:
+            assert m.gathered is not None
+            m.owner._parameters[m.name] = _as_compute(m.gathered.detach(), m,
+                                                      m.param.requires_grad)
+        return args, kwargs
+    if state.is_root is None:  # the outermost data-parallel module of the first forward
+        state.is_root = _forwards_open.get() == 0
+    _forwards_open.set(_forwards_open.get() + 1)
+    for m in state.params:  # to_empty() or load_state_dict() may have put new ones there
+        m.param = m.owner._parameters[m.name]
+    outs = _GatherModule.apply(state, *[m.param for m in state.params])
+    for m, gathered in zip(state.params, outs):
+        m.owner._parameters[m.name] = gathered
+    return args, kwargs
+
+
+def after_forward(state: _State, out: Any) -> Any:
+    out = cast_floating(out, state.mp.output_dtype)
+    if state.in_backward:  # a recomputation that ran to the end: the backward frees
+        return out
+    _forwards_open.set(max(_forwards_open.get() - 1, 0))
+    _restore_stored(state)
+    outputs = [t for t in pytree.tree_leaves(out)
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outputs or not torch.is_grad_enabled():
+        if state.reshard_after_forward and not state.is_root:
+            for m in state.params:
+                _free(m)
+        return out
+    if state.reshard_after_forward and not state.is_root:
+        # the root's backward starts at once: freeing it now would mean gathering again
+        for m in state.params:
+            _free(m)
+    torch.autograd.graph.register_multi_grad_hook(
+        outputs, lambda _grads: _before_backward(state), mode="any")
+    return out
+
+
+def _before_backward(state: _State) -> None:
+    state.in_backward = True
+    _regather(state)
+
