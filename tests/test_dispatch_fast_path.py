@@ -1,15 +1,30 @@
 """The dispatcher's fast path (Note [fast path] in dtensor/dispatch.py): a repeated call
-takes it and gives what the general path gives; calls it must not take stay off it."""
+takes it and gives what the general path gives; calls it must not take stay off it. Every
+test runs through both entries: the compiled one (Note [native fast path] in dtensor.native)
+and the Python one."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from dtensor import Replicate, Shard, distribute_tensor
+from dtensor import DTensor, Replicate, Shard, distribute_tensor, native
 from dtensor.debug import explain_ops
 from mesh_world import run_on_mesh as _world
 
 aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def entry(request):
+    """Which ``__torch_dispatch__`` the test runs through."""
+    if request.param == "python":
+        with native.python_entry_only(DTensor):
+            yield request.param
+    else:
+        if native.MODULE is None:
+            pytest.skip(f"the compiled entry is not available: {native.REASON}")
+        yield request.param
 
 
 def _fast_entries(mesh) -> int:
