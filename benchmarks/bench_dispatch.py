@@ -4,6 +4,8 @@
 
 Both libraries run in the same simpg world (4 ranks, a 1-D mesh), on the same 8x8 float32
 tensors, with warm caches; the plain-tensor column is the same op on rank 0's local pieces.
+"ours" dispatches through the compiled entry when it is built (Note [native fast path] in
+dtensor.native), and "ours, Python entry" through the pure-Python one, side by side.
 Times are µs per op on rank 0, best of several rounds. A local op runs on rank 0 alone and is
 timed in the thread's CPU time (the machine's 2 cores are shared; CPU time is what dispatch
 costs, whatever else runs); a collective (a redistribute, the backward step's gradient
@@ -28,6 +30,7 @@ import torch.distributed as dist
 
 import dtensor
 import simpg
+from dtensor import native
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions
@@ -155,6 +158,8 @@ def body(iters: int, rounds: int, passes: int
     for _ in range(passes):
         with dtensor.fallback_policy("silent"):
             _time_rows(ours, iters, rounds, "ours", out)
+            with native.python_entry_only(dtensor.DTensor):
+                _time_rows(ours, iters, rounds, "python", out)
         with implicit_replication():  # torch refuses a plain tensor beside a DTensor otherwise
             _time_rows(theirs, iters, rounds, "torch", out)
     if dist.get_rank() != 0:
@@ -182,11 +187,15 @@ def main() -> None:
         print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
               f"{datetime.datetime.now().isoformat(timespec='seconds')}, 4 simpg ranks, "
               "8x8 float32\n")
-        print("| op | plain (µs) | ours (µs) | torch DTensor (µs) | ours / torch |")
-        print("|---|---:|---:|---:|---:|")
+        entry = "compiled" if native.MODULE is not None else f"Python ({native.REASON})"
+        print(f"ours: the {entry} entry\n")
+        print("| op | plain (µs) | ours (µs) | ours, Python entry (µs) | torch DTensor (µs) | "
+              "ours / torch | Python entry / torch |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for name, f in figures.items():
-            print(f"| {name} | {f['plain']:.1f} | {f['ours']:.1f} | {f['torch']:.1f} | "
-                  f"{f['ours'] / f['torch']:.2f} |")
+            print(f"| {name} | {f['plain']:.1f} | {f['ours']:.1f} | {f['python']:.1f} | "
+                  f"{f['torch']:.1f} | {f['ours'] / f['torch']:.2f} | "
+                  f"{f['python'] / f['torch']:.2f} |")
         print(f"\nA Python tensor subclass that only unwraps, runs and rewraps (no sharding) "
               f"pays {floor:.1f} µs per add here: the floor under any Python __torch_dispatch__; "
               f"torch's DTensor dispatches in C++.\nLocal rows: CPU time of rank 0's thread; "
