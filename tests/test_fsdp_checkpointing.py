@@ -89,8 +89,8 @@ print("OK")
 
 
 def test_checkpointed_fully_sharded_blocks_train_like_one_device_in_a_subprocess():
-    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _SCRIPT], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _SCRIPT], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", (
         f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
 
