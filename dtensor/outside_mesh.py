@@ -9,6 +9,13 @@ part in no collective of the mesh: if it did, the members would wait for it or i
 Every op it runs on such DTensors computes nothing and returns empty pieces carrying the
 global metadata (shape, dtype, placements) that the members' outputs have, so that the
 program's later shape logic agrees on every rank.
+
+An op whose result is a Python value (``torch.equal``, ``item()``) or whose output shape
+depends on the data (``nonzero``) has nothing such a rank can return without the members'
+data: it computes what metadata alone decides (``is_same_size``) and otherwise raises
+``OutsideMeshError`` naming the op and the mesh. torch answers ``equal`` there through an
+all-reduce over the whole world that every rank joins, and returns None for the other
+scalars (``item()`` then fails with "Cannot cast None to number").
 """
 
 from __future__ import annotations
@@ -18,10 +25,16 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from dtensor.mesh import MeshError
 from dtensor.ops.propagate import decide
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Replicate
 from dtensor.spec import DTensorSpec
+
+
+class OutsideMeshError(MeshError):
+    """An op a rank outside the mesh cannot answer: its result depends on the data only the
+    mesh's ranks hold (Note [ranks outside the mesh])."""
 
 
 def run_outside(func: Any, args: tuple, kwargs: dict, dargs: tuple, dkwargs: tuple,
@@ -31,7 +44,15 @@ def run_outside(func: Any, args: tuple, kwargs: dict, dargs: tuple, dkwargs: tup
     from dtensor.tensor import DTensor
 
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
-    out = meta_call(op)
+    try:
+        out = meta_call(op)
+    except (NotImplementedError, RuntimeError) as e:
+        if "meta" not in str(e).lower():  # the op refusing its arguments, as on any rank
+            raise
+        raise OutsideMeshError(
+            f"{func}: its result depends on the data of {mesh!r}, and this rank is outside "
+            "that mesh and holds none of it: run it on the mesh's ranks only "
+            "(`if mesh.get_coordinate() is not None:`)") from e
     metas = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     if func in REGISTRY:
         placements = list(decide(op).chosen.outputs)

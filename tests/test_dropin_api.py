@@ -64,3 +64,30 @@ def test_parallelize_module_takes_the_mesh_of_the_enclosing_with_block():
     res = both(2, program)
     assert res["ours"] == res["torch"]
     assert [p for _, p, _ in res["ours"][0][0]] == [["S"], ["S"], ["S"], ["R"]]
+
+
+def test_ops_with_a_python_result_on_ranks_outside_the_mesh():
+    # Note [ranks outside the mesh]: what depends on the members' data is refused clearly
+    # (torch: equal through an all-reduce over the world, item() of None fails)
+    def program(lib: Lib) -> tuple:
+        from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+
+        mesh = (dtensor.DeviceMesh if lib.name == "ours" else TorchMesh)("cpu", [0, 3])
+        x = lib.distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [lib.Shard(0)])
+        y = lib.distribute_tensor(torch.arange(8.0).reshape(4, 2), mesh, [lib.Shard(0)])
+        results = []
+        for fn in (lambda: torch.equal(x, y), lambda: x.max().item()):
+            try:
+                results.append(fn())
+            except RuntimeError as e:  # torch's type for item() there; ours for both
+                results.append(f"{type(e).__name__}: {e}")
+        return tuple(results)
+
+    res = both(4, program)
+    # a member (torch's item() reads rank 0's Partial(max) addend, 3.0, not the max)
+    assert res["ours"][0] == (True, 7.0) and res["torch"][0] == (True, 3.0)
+    outside_ours, outside_torch = res["ours"][1], res["torch"][1]
+    assert outside_torch[0] is True and "Cannot cast None" in outside_torch[1]
+    for refused, op in zip(outside_ours, ("aten.equal", "aten._local_scalar_dense")):
+        assert refused.startswith(f"OutsideMeshError: {op}.default: its result depends on the "
+                                  "data of DeviceMesh('cpu', [0, 3])")
