@@ -68,7 +68,7 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
         return make_dtensor(tensor.new_empty(0), device_mesh, placements_t, tensor.shape,
                             requires_grad=tensor.requires_grad)
     full = tensor.detach()
-    if src_data_rank is not None:
+    if src_data_rank is not None and not full.is_meta:  # meta holds no values to broadcast
         source = _source_rank(device_mesh, src_data_rank)
         full = full.clone() if dist.get_rank() != source else full.contiguous()
         group = device_mesh.group_for(tuple(range(device_mesh.ndim)))
