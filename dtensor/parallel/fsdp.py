@@ -24,6 +24,16 @@ and the 1/shard piece all-reduced (averaged) across the replicas. A replica grou
 whole copy of the model, so the bytes that cross the (slower) replica links are 1/shard of a
 replicated all-reduce's.
 
+Note [meta-device init]
+A model too large for one device is built on ``meta`` (shapes, no storage), parallelized,
+then given storage with ``to_empty(device=...)`` and initialised (``reset_parameters``). Nothing
+on meta holds values, so nothing is communicated: ``distribute_tensor`` skips its broadcast
+and ``fully_shard`` makes each rank's piece as an empty meta tensor of the shape the layout
+gives, so ``to_empty`` allocates only that piece. The hooks read the parameters from their
+modules at each forward, where ``to_empty`` put the new ones. Random fills of sharded
+DTensors equal one device's for the same seed (Note [sharded random ops]); they draw each
+parameter whole, one at a time, while the mt19937 CPU generator cannot skip ahead.
+
 The hooks (gather before forward, free after, gather again before backward, reduce-scatter
 in the backward, checkpointed recomputation, accumulation) are in ``fsdp_hooks``.
 """
@@ -37,6 +47,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from dtensor.layout import box_shape, local_box
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
 from dtensor.parallel.fsdp_comm import GradPiece, Pieces, pieces_of
@@ -242,23 +253,28 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     root, dp_dims = dp_mesh.root_mesh()
     replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None  # Note [HSDP]
     dp_dim = dp_dims[-1]
+    shape = tuple(param.shape)
     if not isinstance(param, DTensor):
         # on the mesh dp was cut from, replicated on its other dims: every parameter of a
         # model then lives on one mesh, so an optimizer's foreach ops can take them together
         mesh, compute_mesh = root, None
         placements: tuple[Placement, ...] = tuple(
             dp_placement if m == dp_dim else Replicate() for m in range(mesh.ndim))
-        local = redistribute_local_tensor(param.detach(), mesh, (Replicate(),) * mesh.ndim,
-                                          placements, tuple(param.shape))
+        source: tuple[Placement, ...] = (Replicate(),) * mesh.ndim
     else:
         compute_mesh = param.device_mesh
         mesh, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name, what)
         tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
         source = tuple(param.placements[tp_dims.index(m)] if m in tp_dims else Replicate()
                        for m in range(mesh.ndim))
-        local = redistribute_local_tensor(param._local_tensor.detach(), mesh, source,
-                                          placements, tuple(param.shape))
-    shape = tuple(param.shape)
+    mine = getattr(param, "_local_tensor", param).detach()
+    if mine.is_meta:  # Note [meta-device init]: a shape, no values to move
+        coord = mesh.get_coordinate()
+        piece = (0,) if coord is None else box_shape(local_box(shape, mesh.shape, placements,
+                                                               coord))
+        local = torch.empty(piece, dtype=param.dtype, device="meta")
+    else:
+        local = redistribute_local_tensor(mine, mesh, source, placements, shape)
     spec = DTensorSpec(mesh, placements, shape, contiguous_strides(shape), param.dtype)
     stored = nn.Parameter(DTensor(local.contiguous(), spec, requires_grad=False),
                           requires_grad=param.requires_grad)

@@ -1,0 +1,92 @@
+"""Meta-device init (Note [meta-device init] in dtensor/parallel/fsdp.py): a model built on
+``meta``, parallelized (tensor parallel, fully_shard, both), then ``to_empty`` and
+``reset_parameters``, holds only its pieces, issued no collective before ``to_empty``, and
+trains like the same model built on one device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import simpg
+from dtensor import DTensor, init_device_mesh
+from dtensor.parallel import (ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module,
+                              state_bytes)
+from tests.test_fully_shard import Net, _train
+
+X = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(0))
+
+
+def _reset(model: nn.Module, seed: int) -> None:
+    """The constructor's draws, in its order: each module's reset_parameters."""
+    torch.manual_seed(seed)
+    for module in model.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+
+
+def _parallelize(model: Net, mesh_shape: tuple[int, int], dp_mode: str) -> Net:
+    mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("dp", "tp"))
+    if mesh_shape[1] > 1:
+        for block in model.blocks:
+            parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
+                                                   "w2": RowwiseParallel()})
+    if dp_mode == "fsdp":
+        for block in model.blocks:
+            fully_shard(block, mesh["dp"])
+        fully_shard(model, mesh["dp"])
+    return model
+
+
+@pytest.mark.parametrize("mesh_shape, dp_mode", [((1, 2), "none"), ((2, 2), "fsdp"),
+                                                 ((4, 1), "fsdp")],
+                         ids=["tp2", "fsdp2xtp2", "fsdp4"])
+def test_meta_init_trains_like_one_device(mesh_shape, dp_mode):
+    torch.manual_seed(0)
+    ref = Net()
+    ref_losses = _train(ref, X, 3)
+    dp = mesh_shape[0]
+
+    def body() -> tuple[list[float], dict, int, list]:
+        with torch.device("meta"):
+            model = Net()
+        with simpg.trace() as t:
+            _parallelize(model, mesh_shape, dp_mode)
+        meta = [(n, p.device.type, p.to_local().device.type) for n, p in
+                model.named_parameters() if isinstance(p, DTensor)]
+        model.to_empty(device="cpu")
+        _reset(model, 0)
+        rows = X.chunk(dp)[dist.get_rank() // mesh_shape[1]]  # this rank's dp share
+        losses = _train(model, rows, 3)
+        full = {n: p.full_tensor() if isinstance(p, DTensor) else p.detach()
+                for n, p in model.named_parameters()}
+        return losses, full, len(t.records), meta
+
+    results = simpg.run(body, mesh_shape[0] * mesh_shape[1])
+    for step, expected in enumerate(ref_losses):
+        assert sum(r[0][step] for r in results) / len(results) == pytest.approx(expected,
+                                                                                rel=1e-5)
+    for losses, full, collectives, meta in results:
+        assert collectives == 0  # nothing moved while the parameters were on meta
+        assert meta and all((d, local) == ("meta", "meta") for _, d, local in meta)
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(full[name], p.detach(), msg=name)
+
+
+def test_meta_init_allocates_only_each_ranks_pieces():
+    def body() -> tuple[dict, dict, int]:
+        with torch.device("meta"):
+            model = Net()
+        whole = sum(p.numel() * p.element_size() for p in model.parameters())
+        _parallelize(model, (2, 2), "fsdp")
+        model.to_empty(device="cpu")
+        built_here = _parallelize(Net(), (2, 2), "fsdp")
+        pieces = {n: tuple(p.to_local().shape) for n, p in model.named_parameters()}
+        expected = {n: tuple(p.to_local().shape) for n, p in built_here.named_parameters()}
+        return pieces, expected, state_bytes(list(model.parameters()))["parameters"] / whole
+
+    for pieces, expected, fraction in simpg.run(body, 4):
+        assert pieces == expected  # the pieces a model built on cpu would hold
+        assert fraction < 0.3  # about a quarter: the head and w2's bias are not tp-sharded
