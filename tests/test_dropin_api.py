@@ -91,3 +91,36 @@ def test_ops_with_a_python_result_on_ranks_outside_the_mesh():
     for refused, op in zip(outside_ours, ("aten.equal", "aten._local_scalar_dense")):
         assert refused.startswith(f"OutsideMeshError: {op}.default: its result depends on the "
                                   "data of DeviceMesh('cpu', [0, 3])")
+
+
+def test_vmap_of_embedding_over_sharded_batches_matches_torch_and_moves_the_indices():
+    # functorch's batching rule turns vmap(embedding)(ids, w) into embedding(w.view(B * V, D),
+    # ids + arange(B) * V): the block structure (batch b's ids only touch rows b*V..) is gone
+    # by the time the op reaches a DTensor, so no rule may keep both inputs Shard(0) (it would
+    # be unsound for arbitrary ids). Torch gathers the weights and returns Shard(0); ours
+    # gathers the (smaller) ids and returns the Partial(sum) of the ranks' own-row lookups,
+    # whose local pieces are full-size as a Partial's are.
+    import torch.nn.functional as F
+
+    def program(lib: Lib) -> tuple:
+        mesh = lib.init_device_mesh("cpu", (2,))
+        torch.manual_seed(0)
+        ids, w = torch.randint(0, 8, (4, 3)), torch.randn(4, 8, 5)
+        out = torch.vmap(F.embedding)(lib.distribute_tensor(ids, mesh, [lib.Shard(0)]),
+                                      lib.distribute_tensor(w, mesh, [lib.Shard(0)]))
+        moved = None
+        if lib.name == "ours":
+            from dtensor.debug_comm import CommDebugMode
+
+            with CommDebugMode() as comm:
+                torch.vmap(F.embedding)(lib.distribute_tensor(ids, mesh, [lib.Shard(0)]),
+                                        lib.distribute_tensor(w, mesh, [lib.Shard(0)]))
+            moved = [(r.kind, r.dtype, r.input_bytes) for r in comm.records]
+        return (torch.equal(out.full_tensor(), torch.vmap(F.embedding)(ids, w)),
+                str(out.placements[0])[0], tuple(out.to_local().shape), moved)
+
+    res = both(2, program)
+    assert [r[:3] for r in res["torch"]] == [(True, "S", (2, 3, 5))] * 2
+    assert [r[:3] for r in res["ours"]] == [(True, "P", (4, 3, 5))] * 2
+    # the ids (2 x 3 int64 per rank), not the 16 x 5 float weight rows
+    assert res["ours"][0][3] == [("all_gather", torch.int64, 48)]
