@@ -11,25 +11,16 @@ enters the sum with weight one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dtensor.comm import Handle
 from dtensor.placements import Placement, Replicate
-from dtensor.redistribute import redistribute_local_tensor
+from dtensor.redistribute import program_to
 from dtensor.spec import DTensorSpec, replicate_partials
 
 if TYPE_CHECKING:
     from dtensor.tensor import DTensor
-
-
-def _moved(local: torch.Tensor, spec: DTensorSpec, placements: Sequence[Placement],
-           async_op: bool = False) -> torch.Tensor:
-    if tuple(placements) == spec.placements:
-        return local
-    return redistribute_local_tensor(local, spec.mesh, spec.placements, tuple(placements),
-                                     spec.shape, async_op=async_op)
 
 
 def _grad_parts(grad: torch.Tensor, spec: DTensorSpec,
@@ -52,9 +43,8 @@ class FromLocal(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: DTensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
-        target = replicate_partials(ctx.spec.placements)
         local, spec = _grad_parts(grad, ctx.spec, ctx.cls)
-        return _moved(local, spec, target), None, None
+        return program_to(spec, gradient_spec(ctx.spec).placements)[1](local), None, None
 
 
 class ToLocal(torch.autograd.Function):
@@ -78,7 +68,19 @@ class Redistribute(torch.autograd.Function):
     """Note [gradient placements]. ``forward_dtype`` casts the piece before the forward
     collectives (the result has that dtype); ``backward_dtype`` casts the gradient before the
     backward ones, and the gradient is cast back to the input's dtype after them (as torch's
-    ``redistribute(..., forward_dtype=, backward_dtype=)``)."""
+    ``redistribute(..., forward_dtype=, backward_dtype=)``).
+
+    Where no gradient can flow (grad mode off, or the input needs none) ``apply`` runs the
+    move without autograd's Function machinery, which costs more than a cached move itself.
+    """
+
+    @classmethod
+    def apply(cls, dt: DTensor, placements: tuple[Placement, ...],  # type: ignore[override]
+              async_op: bool = False, forward_dtype: torch.dtype | None = None,
+              backward_dtype: torch.dtype | None = None) -> DTensor:
+        if not (dt.requires_grad and torch.is_grad_enabled()):
+            return _redistributed(dt, placements, forward_dtype, False)
+        return super().apply(dt, placements, async_op, forward_dtype, backward_dtype)
 
     @staticmethod
     def forward(ctx: Any, dt: DTensor, placements: tuple[Placement, ...],  # type: ignore[override]
@@ -87,24 +89,40 @@ class Redistribute(torch.autograd.Function):
         ctx.src_spec = dt._spec
         ctx.cls = type(dt)
         ctx.backward_dtype = backward_dtype
-        local, spec = dt._local_tensor, dt._spec
-        if forward_dtype is not None and forward_dtype != local.dtype:
-            local = local.to(forward_dtype)
-            spec = DTensorSpec(spec.mesh, spec.placements, spec.shape, spec.stride, forward_dtype)
-        moved = _moved(local, spec, placements, async_op)
-        # an async redistribute is finished here: a DTensor's piece is a tensor, not a handle
-        # (the overlap torch's AsyncCollectiveTensor gives is not built yet)
-        local = moved.wait() if isinstance(moved, Handle) else moved
-        return ctx.cls(local, spec.with_placements(placements), requires_grad=dt.requires_grad)
+        return _redistributed(dt, placements, forward_dtype, dt.requires_grad)
 
     @staticmethod
     def backward(ctx: Any, grad: DTensor) -> tuple:  # type: ignore[override]
         src: DTensorSpec = ctx.src_spec
-        target = replicate_partials(src.placements)
         local, spec = _grad_parts(grad, src, ctx.cls)
         if ctx.backward_dtype is not None and ctx.backward_dtype != local.dtype:
             local = local.to(ctx.backward_dtype)
-        local = _moved(local, spec, target).to(src.dtype)
-        out = ctx.cls(local, DTensorSpec(src.mesh, target, src.shape, src.stride, src.dtype),
-                      requires_grad=False)
-        return out, None, None, None, None
+        out_spec = gradient_spec(src)
+        local = program_to(spec, out_spec.placements)[1](local).to(src.dtype)
+        return ctx.cls(local, out_spec, requires_grad=False), None, None, None, None
+
+
+def _redistributed(dt: DTensor, placements: tuple[Placement, ...],
+                   forward_dtype: torch.dtype | None, requires_grad: bool) -> DTensor:
+    """``dt`` moved to ``placements`` by its cached program (Note [compiled plans])."""
+    local, spec = dt._local_tensor, dt._spec
+    if forward_dtype is not None and forward_dtype != local.dtype:
+        local = local.to(forward_dtype)
+        spec = DTensorSpec(spec.mesh, spec.placements, spec.shape, spec.stride, forward_dtype)
+    if placements == spec.placements:
+        return type(dt)(local, spec, requires_grad=requires_grad)
+    out_spec, move = program_to(spec, placements)
+    # an async redistribute is finished here: a DTensor's piece is a tensor, not a handle
+    # (the overlap torch's AsyncCollectiveTensor gives is not built yet)
+    return type(dt)(move(local), out_spec, requires_grad=requires_grad)
+
+
+def gradient_spec(src: DTensorSpec) -> DTensorSpec:
+    """The spec a gradient goes back to the input of a boundary in: ``src`` with Partial as
+    Replicate (Note [gradient placements]), kept on ``src`` under ``None``."""
+    found = src.moves.get(None)
+    if found is None:
+        target = replicate_partials(src.placements)
+        found = src.moves[None] = (DTensorSpec(src.mesh, target, src.shape, src.stride,
+                                               src.dtype), None)
+    return found[0]

@@ -30,6 +30,8 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import (AllgatherOptions, AllreduceOptions,
+                                                AllToAllOptions, ReduceScatterOptions)
 
 from dtensor import comm_functional as _functional
 from dtensor.debug_comm import _comm_log, _note
@@ -83,23 +85,28 @@ def capabilities(group: dist.ProcessGroup) -> Capabilities:
 class Handle(Generic[T]):
     """An issued collective: ``wait()`` finishes it (once) and returns its result."""
 
+    __slots__ = ("_works", "_finish", "_value")
+
     def __init__(self, works: Sequence[Any], finish: Callable[[], T]) -> None:
-        self._works = [w for w in works if w is not None]
+        self._works = works  # None entries (a backend that finished at once) are skipped
         self._finish: Callable[[], T] | None = finish
         self._value: T | None = None
 
     @staticmethod
     def done(value: U) -> Handle[U]:
-        return Handle([], lambda: value)
+        h: Handle[U] = Handle.__new__(Handle)
+        h._works, h._finish, h._value = (), None, value
+        return h
 
     def then(self, fn: Callable[[T], U]) -> Handle[U]:
         """A handle whose result is ``fn`` of this one's, run on ``wait()``."""
-        return Handle([], lambda: fn(self.wait()))
+        return Handle((), lambda: fn(self.wait()))
 
     def wait(self) -> T:
         if self._finish is not None:
             for w in self._works:
-                w.wait()
+                if w is not None:
+                    w.wait()
             self._value, self._finish = self._finish(), None
         return self._value  # type: ignore[return-value]
 
@@ -149,7 +156,7 @@ def all_to_all(inputs: Sequence[torch.Tensor], output_shapes: Sequence[Sequence[
 def all_to_all(inputs, output_shapes, group, *, async_op=False):  # noqa: E302
     """``inputs[j]`` goes to group rank j; returns what each group rank sent here, shaped
     ``output_shapes[j]``."""
-    n = dist.get_world_size(group)
+    n = _group(group).size()
     if len(inputs) != n or len(output_shapes) != n:
         raise ValueError(f"all_to_all: got {len(inputs)} inputs and {len(output_shapes)} output "
                          f"shapes, expected {n} of each (one per rank of the group)")
@@ -200,7 +207,7 @@ def reduce_scatter(inputs: Sequence[torch.Tensor], group: dist.ProcessGroup,
 def reduce_scatter(inputs, group, op="sum", *, async_op=False):  # noqa: E302
     """Group rank i gets the reduction over ranks of their ``inputs[i]`` (pieces may differ
     in shape between i's, not between ranks)."""
-    n, me = dist.get_world_size(group), dist.get_rank(group)
+    n, me = _group(group).size(), _group(group).rank()
     if len(inputs) != n:
         raise ValueError(f"reduce_scatter: got {len(inputs)} pieces, expected {n} (one per "
                          f"rank of the group)")
@@ -318,7 +325,7 @@ def reduce_scatter_cat(tensor, sizes, dim, group, op="sum", *,  # noqa: E302
     >>> simpg.run(body, 2)
     [[0.0, 2.0], [4.0, 6.0]]
     """
-    n, me = dist.get_world_size(group), dist.get_rank(group)
+    n, me = _group(group).size(), _group(group).rank()
     sizes = [int(k) for k in sizes]
     if len(sizes) != n or sum(sizes) != tensor.shape[dim]:
         raise ValueError(f"reduce_scatter_cat: sizes {sizes} must be {n} (one per rank of the "
@@ -360,7 +367,7 @@ def all_to_all_single(send, send_sizes, recv_sizes, group, *, async_op=False):  
     >>> simpg.run(body, 2)
     [[0.0, 10.0, 11.0], [1.0, 2.0, 12.0]]
     """
-    n = dist.get_world_size(group)
+    n = _group(group).size()
     send_sizes, recv_sizes = list(send_sizes), list(recv_sizes)
     if send.dim() != 1 or len(send_sizes) != n or len(recv_sizes) != n \
             or sum(send_sizes) != send.numel():
@@ -377,7 +384,202 @@ def all_to_all_single(send, send_sizes, recv_sizes, group, *, async_op=False):  
 
 
 # ---------------------------------------------------------------------------------------------
+# Prepared collectives (Note [prepared collectives]): what a cached redistribute plan issues.
+#
+# Note [prepared collectives]
+# A redistribute step issues the same collective, with the same shapes, on the same group at
+# every call. ``prepare_*`` checks the shapes and picks the buffer form once, and returns a
+# function of the tensor alone that issues the op on the process group itself: the c10d
+# method dist.* ends in (as torch's functional collectives do), without dist.*'s Python layer
+# that re-checks the group, the tensors and the coalescing state at every call (two dozen
+# Python calls, 4 µs a collective on simpg). Anything unusual takes the general function of
+# the same name instead, which records, traces and converts: a recorder open
+# (debug_comm), a tensor that is not a plain real torch.Tensor (fake, functional, complex, a
+# subclass), a tracer or a torch function mode active. Like torch's functional collectives,
+# a prepared collective is issued at once inside ``dist._coalescing_manager``.
+
+_PROXY_MODE = torch._C._TorchDispatchModeKey.PROXY
+_dispatch_mode = torch._C._get_dispatch_mode
+_function_mode_on = torch._C._is_torch_function_mode_enabled
+_compiling = torch.compiler.is_compiling
+Prepared = Callable[[torch.Tensor], Handle[torch.Tensor]]
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """Whether the prepared form may issue ``t``'s collective directly (Note [prepared
+    collectives])."""
+    return (type(t) is torch.Tensor and not t.is_complex() and not _comm_log.get()
+            and _dispatch_mode(_PROXY_MODE) is None and not _function_mode_on()
+            and not _compiling())
+
+
+def _opts(kind: type, reduce_op: Any = None) -> Any:
+    opts = kind()
+    opts.asyncOp = True
+    if reduce_op is not None:
+        opts.reduceOp = reduce_op
+    return opts
+
+
+def _check_piece(what: str, t: torch.Tensor, want: tuple[int, ...]) -> None:
+    if t.shape != want:
+        raise ValueError(f"{what}: this rank holds shape {tuple(t.shape)}, prepared for {want}")
+
+
+def prepare_all_gather_cat(shapes: Sequence[Sequence[int]], dim: int,
+                           group: dist.ProcessGroup) -> Prepared:
+    """``all_gather_cat(t, shapes, dim, group, async_op=True)`` as a function of ``t``.
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     gather = prepare_all_gather_cat([(1, 2)] * 2, 0, dist.group.WORLD)
+    ...     return gather(torch.full((1, 2), float(dist.get_rank()))).wait().tolist()
+    >>> simpg.run(body, 2)[0]
+    [[0.0, 0.0], [1.0, 1.0]]
+    """
+    shapes = _normalized_shapes(tuple(tuple(s) for s in shapes))
+    n, me = group.size(), group.rank()
+    if len(shapes) != n:
+        raise ValueError(f"all_gather: got {len(shapes)} shapes, expected {n} (one per rank of "
+                         f"the group)")
+    mine, first = shapes[me], shapes[0]
+
+    def general(t: torch.Tensor) -> Handle[torch.Tensor]:
+        return all_gather_cat(t, shapes, dim, group, async_op=True)
+
+    if not _all_equal(shapes):  # uneven: the general function pads or takes the list form
+        return general
+    stacked = (n * first[0], *first[1:]) if first else (n,)
+    joined = first[:dim] + (n * first[dim],) + first[dim + 1:]
+    opts = _opts(AllgatherOptions)
+    issue = group.all_gather_single
+
+    def gather(t: torch.Tensor) -> Handle[torch.Tensor]:
+        if not _plain(t):
+            return general(t)
+        _check_piece("all_gather", t, mine)
+        x = t.contiguous()
+        out = x.new_empty(stacked)  # stacked along dim 0, as gloo requires
+        work = issue(out, x, opts)
+        if dim == 0:
+            return Handle((work,), lambda: out.view(joined))
+        return Handle((work,), lambda: out.view((n, *first)).movedim(0, dim).reshape(joined))
+
+    return gather
+
+
+def prepare_reduce_scatter_cat(sizes: Sequence[int], dim: int, shape: Sequence[int],
+                               group: dist.ProcessGroup, op: ReduceOpName = "sum") -> Prepared:
+    """``reduce_scatter_cat(t, sizes, dim, group, op, async_op=True)`` as a function of ``t``,
+    a tensor of ``shape``.
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     scatter = prepare_reduce_scatter_cat([2, 2], 0, (4,), dist.group.WORLD)
+    ...     return scatter(torch.arange(4.0)).wait().tolist()
+    >>> simpg.run(body, 2)
+    [[0.0, 2.0], [4.0, 6.0]]
+    """
+    sizes, shape = tuple(int(k) for k in sizes), tuple(int(d) for d in shape)
+    n, me = group.size(), group.rank()
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"reduce op {op!r}: expected one of {', '.join(_REDUCE_OPS)}")
+    if len(sizes) != n or sum(sizes) != shape[dim]:
+        raise ValueError(f"reduce_scatter_cat: sizes {list(sizes)} must be {n} (one per rank "
+                         f"of the group) summing to dim {dim} of shape {shape}")
+
+    def general(t: torch.Tensor) -> Handle[torch.Tensor]:
+        return reduce_scatter_cat(t, sizes, dim, group, op, async_op=True)
+
+    caps = capabilities(group)
+    if any(k != sizes[0] for k in sizes) or not caps.reduce_scatter \
+            or (op == "avg" and not caps.avg):
+        return general
+    mine = shape[:dim] + (sizes[me],) + shape[dim + 1:]
+    stacked = (n * mine[0], *mine[1:])
+    opts = _opts(ReduceScatterOptions, _REDUCE_OPS[op])
+    issue = group.reduce_scatter_single
+
+    def scatter(t: torch.Tensor) -> Handle[torch.Tensor]:
+        if not _plain(t) or (op == "avg" and not t.is_floating_point()):
+            return general(t)  # which also says why avg on an integer tensor would round
+        _check_piece("reduce_scatter", t, shape)
+        # piece i becomes block i of one buffer: a view for dim 0, one copy otherwise
+        inp = t.contiguous() if dim == 0 else t.unflatten(dim, (n, sizes[0])).movedim(dim, 0)
+        inp = inp.reshape(stacked)
+        out = t.new_empty(mine)
+        return Handle((issue(out, inp, opts),), lambda: out)
+
+    return scatter
+
+
+def prepare_all_reduce(group: dist.ProcessGroup, op: ReduceOpName = "sum") -> Prepared:
+    """``all_reduce(t, group, op, async_op=True)`` as a function of ``t``.
+
+    >>> import torch, simpg
+    >>> simpg.run(lambda: prepare_all_reduce(dist.group.WORLD)(torch.ones(2)).wait().tolist(), 2)
+    [[2.0, 2.0], [2.0, 2.0]]
+    """
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"reduce op {op!r}: expected one of {', '.join(_REDUCE_OPS)}")
+
+    def general(t: torch.Tensor) -> Handle[torch.Tensor]:
+        return all_reduce(t, group, op, async_op=True)
+
+    if op == "avg" and not capabilities(group).avg:
+        return general
+    opts = _opts(AllreduceOptions, _REDUCE_OPS[op])
+    issue = group.allreduce
+
+    def reduce(t: torch.Tensor) -> Handle[torch.Tensor]:
+        if not _plain(t) or (op == "avg" and not t.is_floating_point()):
+            return general(t)
+        out = t.clone(memory_format=torch.contiguous_format)
+        return Handle((issue([out], opts),), lambda: out)
+
+    return reduce
+
+
+def prepare_all_to_all_single(send_sizes: Sequence[int], recv_sizes: Sequence[int],
+                              group: dist.ProcessGroup) -> Prepared:
+    """``all_to_all_single(send, send_sizes, recv_sizes, group, async_op=True)`` as a
+    function of ``send``.
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     swap = prepare_all_to_all_single([1, 1], [1, 1], dist.group.WORLD)
+    ...     return swap(torch.arange(2.0) + 10 * dist.get_rank()).wait().tolist()
+    >>> simpg.run(body, 2)
+    [[0.0, 10.0], [1.0, 11.0]]
+    """
+    send_sizes, recv_sizes = [int(k) for k in send_sizes], [int(k) for k in recv_sizes]
+    n = group.size()
+    if len(send_sizes) != n or len(recv_sizes) != n:
+        raise ValueError(f"all_to_all_single: expected {n} sizes each way (one per rank of the "
+                         f"group), got send sizes {send_sizes}, receive sizes {recv_sizes}")
+    total, sent = sum(recv_sizes), sum(send_sizes)
+    opts = _opts(AllToAllOptions)
+    issue = group.all_to_all_single
+
+    def exchange(send: torch.Tensor) -> Handle[torch.Tensor]:
+        if not _plain(send) or send.dim() != 1 or send.numel() != sent:
+            return all_to_all_single(send, send_sizes, recv_sizes, group, async_op=True)
+        recv = send.new_empty(total)
+        return Handle((issue(recv, send.contiguous(), recv_sizes, send_sizes, opts),),
+                      lambda: recv)
+
+    return exchange
+
+
+# ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
+    """``group``, or the default group for None. Its ``size()`` and ``rank()`` are what
+    ``dist.get_world_size`` / ``dist.get_rank(group)`` return for a member, without their
+    Python layers (a dozen calls each)."""
+    return dist.group.WORLD if group is None else group  # type: ignore[return-value]
 
 
 def _result(handle: Handle[T], async_op: bool) -> T | Handle[T]:
@@ -401,12 +603,12 @@ def _reduce_op(op: str, tensor: torch.Tensor, group: dist.ProcessGroup) -> tuple
                          f"dtype")
     if capabilities(group).avg:
         return dist.ReduceOp.AVG, 0
-    return dist.ReduceOp.SUM, dist.get_world_size(group)
+    return dist.ReduceOp.SUM, _group(group).size()
 
 
 def _check_shapes(what: str, tensor: torch.Tensor, shapes: Sequence[Sequence[int]],
                   group: dist.ProcessGroup) -> tuple[tuple[int, ...], ...]:
-    n, me = dist.get_world_size(group), dist.get_rank(group)
+    n, me = _group(group).size(), _group(group).rank()
     out = _normalized_shapes(shapes)
     if len(out) != n:
         raise ValueError(f"{what}: got {len(out)} shapes, expected {n} (one per rank of the "

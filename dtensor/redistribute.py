@@ -1,14 +1,25 @@
-"""Redistribute one rank's local tensor over a real mesh: plan, then run each step by table.
+"""Redistribute one rank's local tensor over a real mesh: plan, compile, then run.
 
-``redistribute_local_tensor`` asks ``planner.plan`` for the steps and runs each through
-``EXECUTORS``, keyed by step kind. Each executor mirrors its counterpart in
-``local_redistribute`` (the reference over all ranks' locals) for one rank: the pieces come
-from ``dtensor.layout`` and nowhere else, and collectives go through ``dtensor.comm`` on the
-group ``mesh.group_for(step.mesh_dims)``, whose group ranks are ``layout.mesh_groups`` order.
-Local steps *are* the reference's functions, applied to this rank alone.
+``redistribute_local_tensor`` asks ``planner.plan`` for the steps and compiles each, through
+``COMPILERS`` keyed by step kind, into a function of the tensor alone (Note [compiled plans]).
+Each compiler mirrors its counterpart in ``local_redistribute`` (the reference over all ranks'
+locals) for one rank: the pieces come from ``dtensor.layout`` and nowhere else, and
+collectives go through ``dtensor.comm``'s prepared collectives on the group
+``mesh.group_for(step.mesh_dims)``, whose group ranks are ``layout.mesh_groups`` order. Local
+steps *are* the reference's functions, applied to this rank alone.
 
 Ranks not on the mesh hold no piece: they get their input back unchanged (like torch, whose
 DTensor gives such ranks an empty local tensor and skips them).
+
+Note [compiled plans]
+A redistribute repeats: the same (placements, target, shape) on the same mesh, step after
+step. The first call plans it and compiles it for this rank: each step's group, the shapes
+it moves, its buffers' layout and its collective's checks are worked out once
+(``comm.prepare_*``), and the ``Program`` is kept on the mesh (a mesh object is one rank's,
+and it holds that rank's groups). Every later call checks the piece's shape and runs the
+steps: no planning, no layout lookups, no re-validation, no dist.* layer (Note [prepared
+collectives] in comm.py). ``program_to`` keeps one more cache on the source spec, which
+also holds the target spec: a DTensor's redistribute looks up one dict.
 
 >>> import torch, simpg
 >>> from dtensor.mesh import init_device_mesh
@@ -23,9 +34,10 @@ DTensor gives such ranks an empty local tensor and skips them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import torch
 import torch.distributed as dist
@@ -33,12 +45,13 @@ import torch.distributed as dist
 from dtensor import collective_layout as cl
 from dtensor import comm
 from dtensor.comm import Handle
-from dtensor.layout import Box, box_numel, box_shape, local_box, local_shape
+from dtensor.layout import Box, box_shape, local_box, local_shape
 from dtensor.local_redistribute import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.local_redistribute import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Placement, Replicate, fmt_placements
 from dtensor.planner import Step, plan
+from dtensor.spec import DTensorSpec
 
 Coord = tuple[int, ...]
 
@@ -93,110 +106,211 @@ def redistribute_local_tensor(local, mesh, src_placements, dst_placements,  # no
     >>> simpg.run(body, 2)
     [tensor([0., 1., 2.]), tensor([0., 1., 2.])]
     """
-    global_shape = tuple(int(n) for n in global_shape)
+    return program(mesh, src_placements, dst_placements, global_shape)(local, async_op)
+
+
+def program(mesh: DeviceMesh, src_placements: Sequence[Placement | int],
+            dst_placements: Sequence[Placement | int], global_shape: Sequence[int]) -> Program:
+    """This rank's compiled plan from ``src_placements`` to ``dst_placements`` (Note [compiled
+    plans]), made on first use and kept on ``mesh``.
+
+    >>> import torch, simpg
+    >>> from dtensor import init_device_mesh, Shard, Replicate
+    >>> def body():
+    ...     mesh = init_device_mesh("cpu", (2,))
+    ...     gather = program(mesh, [Shard(0)], [Replicate()], (4,))
+    ...     return gather(torch.ones(2)).tolist(), gather is program(mesh, [Shard(0)],
+    ...                                                           [Replicate()], (4,))
+    >>> simpg.run(body, 2)[0]
+    ([1.0, 1.0, 1.0, 1.0], True)
+    """
+    shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
+    key = (tuple(src_placements), tuple(dst_placements), shape)
+    programs = mesh.__dict__.get("_redistribute_programs")
+    if programs is None:
+        programs = mesh.__dict__["_redistribute_programs"] = {}
+    try:
+        found = programs.get(key)
+    except TypeError:  # an unhashable entry: compiled each time, and the error said there
+        return _compile(mesh, key[0], key[1], tuple(int(n) for n in shape))
+    if found is None:
+        found = programs[key] = _compile(mesh, key[0], key[1], tuple(int(n) for n in shape))
+    return found
+
+
+def program_to(spec: DTensorSpec, placements: tuple[Placement, ...]
+               ) -> tuple[DTensorSpec, Program]:
+    """(the spec of ``spec``'s tensor under ``placements``, this rank's program there), kept
+    on ``spec`` (Note [compiled plans]). ``placements`` must be normalized already."""
+    moves = spec.moves
+    found = moves.get(placements)
+    if found is None:
+        found = moves[placements] = (spec.with_placements(placements),
+                                     program(spec.mesh, spec.placements, placements,
+                                             spec.shape))
+    return found
+
+
+class Program:
+    """One rank's compiled redistribute: called with its piece (and ``async_op``), it runs
+    each step's compiled function in turn (Note [compiled plans])."""
+
+    __slots__ = ("steps", "runners", "want", "mesh", "global_shape")
+
+    def __init__(self, steps: tuple[Step, ...], runners: tuple[Runner, ...],
+                 want: tuple[int, ...] | None, mesh: DeviceMesh,
+                 global_shape: tuple[int, ...]) -> None:
+        self.steps, self.runners, self.want = steps, runners, want
+        self.mesh, self.global_shape = mesh, global_shape
+
+    def __call__(self, local: torch.Tensor, async_op: bool = False) -> Any:
+        runners = self.runners
+        if not runners:  # nothing to move, or not on the mesh
+            return Handle.done(local) if async_op else local
+        if local.shape != self.want:
+            self._wrong_shape(local)
+        cur = runners[0](local)
+        for run in runners[1:]:
+            cur = run(cur.wait())
+        return cur if async_op else cur.wait()
+
+    def _wrong_shape(self, local: torch.Tensor) -> None:
+        steps, mesh = self.steps, self.mesh
+        raise ValueError(
+            f"redistribute {fmt_placements(steps[0].src)}->{fmt_placements(steps[-1].dst)} "
+            f"of {self.global_shape} on {mesh!r}: rank {dist.get_rank()} at "
+            f"{tuple(mesh.get_coordinate() or ())} holds shape {tuple(local.shape)}, "
+            f"expected {self.want}")
+
+    def __repr__(self) -> str:
+        return f"Program({', '.join(map(str, self.steps)) or 'nothing to move'})"
+
+
+def _compile(mesh: DeviceMesh, src: tuple, dst: tuple, global_shape: tuple[int, ...]
+             ) -> Program:
     coord = mesh.get_coordinate()
-    if coord is None:
-        return Handle.done(local) if async_op else local
+    if coord is None:  # not on the mesh: nothing to plan
+        return Program((), (), None, mesh, global_shape)
+    steps = plan(src, dst, mesh.shape, global_shape)  # the same at every itemsize
+    if not steps:
+        return Program((), (), None, mesh, global_shape)
     where = _Where(mesh, mesh.shape, global_shape, tuple(coord))
-    steps = plan(src_placements, dst_placements, mesh.shape, global_shape,
-                 itemsize=local.element_size())
-    if steps:
-        want = local_shape(global_shape, mesh.shape, steps[0].src, where.coord)
-        if tuple(local.shape) != want:
-            raise ValueError(
-                f"redistribute {fmt_placements(steps[0].src)}->{fmt_placements(steps[-1].dst)} "
-                f"of {global_shape} on {mesh!r}: rank {dist.get_rank()} at {where.coord} holds "
-                f"shape {tuple(local.shape)}, expected {want}")
-    cur: Handle[torch.Tensor] = Handle.done(local)
-    for step in steps:
-        cur = EXECUTORS[step.kind](cur.wait(), step, where)
-    return cur if async_op else cur.wait()
+    runners = tuple(COMPILERS[step.kind](step, where) for step in steps)
+    want = local_shape(global_shape, mesh.shape, steps[0].src, where.coord)
+    return Program(steps, runners, want, mesh, global_shape)
 
 
 # ---------------------------------------------------------------------------------------------
-# One executor per step kind; each mirrors local_redistribute's function of the same kind.
+# One compiler per step kind; each mirrors local_redistribute's function of the same kind and
+# returns the step as a function of this rank's piece.
 
-Executor = Callable[[torch.Tensor, Step, _Where], Handle[torch.Tensor]]
+Runner = Callable[[torch.Tensor], Handle[torch.Tensor]]
+Compiler = Callable[[Step, _Where], Runner]
 
 
-def _all_gather(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
+def _all_gather(step: Step, where: _Where) -> Runner:
     dim, shapes = cl.gather_layout(step, where.mesh_shape, where.global_shape,
                                    where.group(step)[0])
     # group-rank order is chunk order
-    return comm.all_gather_cat(t, shapes, dim, where.mesh.group_for(step.mesh_dims),
-                               async_op=True)
+    return comm.prepare_all_gather_cat(shapes, dim, where.mesh.group_for(step.mesh_dims))
 
 
-def _all_to_all(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
+def _all_to_all(step: Step, where: _Where) -> Runner:
     g, me = where.group(step)
     ex = cl.exchange(step, where.mesh_shape, where.global_shape, g)[me]
-    group = where.mesh.group_for(step.mesh_dims)
+    issue = comm.prepare_all_to_all_single(ex.send_sizes, ex.recv_sizes,
+                                           where.mesh.group_for(step.mesh_dims))
     if ex.src_dim is not None and ex.dst_dim is not None:
-        return _regular_all_to_all(t, ex, ex.src_dim, ex.dst_dim, group)
-    # To each peer j: the sub-blocks of j's new piece that this rank provides, packed flat.
-    send = torch.cat([_pack(t, ex.have, boxes) for j, boxes in enumerate(ex.sends) if j != me]
-                     or [t.new_empty(0)])
-    received = comm.all_to_all_single(send, ex.send_sizes, ex.recv_sizes, group, async_op=True)
+        return _regular_all_to_all(ex, ex.src_dim, ex.dst_dim, issue)
+    target = box_shape(ex.target)
+    own = tuple((cl.rel(b, ex.target), cl.rel(b, ex.have)) for b in ex.own)
+    sends = [[cl.rel(b, ex.have) for b in boxes] for j, boxes in enumerate(ex.sends) if j != me]
+    receives = [(j, [(cl.rel(b, ex.target), box_shape(b)) for b in boxes])
+                for j, boxes in enumerate(ex.receives) if j != me]
+    recv_sizes = list(ex.recv_sizes)
 
-    def unpack(buf: torch.Tensor) -> torch.Tensor:
-        new = t.new_empty(box_shape(ex.target))
-        for b in ex.own:  # own data first, as the reference takes it
-            new[cl.rel(b, ex.target)] = t[cl.rel(b, ex.have)]
-        for j, (boxes, part) in enumerate(zip(ex.receives, buf.split(ex.recv_sizes))):
-            if j != me:
-                _unpack(new, ex.target, boxes, part)
-        return new
+    def run(t: torch.Tensor) -> Handle[torch.Tensor]:
+        # To each peer j: the sub-blocks of j's new piece that this rank provides, packed flat.
+        parts = [t[index].reshape(-1) for indices in sends for index in indices]
+        received = issue(torch.cat(parts) if parts else t.new_empty(0))
 
-    return received.then(unpack)
+        def unpack(buf: torch.Tensor) -> torch.Tensor:
+            new = t.new_empty(target)
+            for into, outof in own:  # own data first, as the reference takes it
+                new[into] = t[outof]
+            pieces = buf.split(recv_sizes)
+            for j, blocks in receives:
+                at, part = 0, pieces[j]
+                for into, shape in blocks:
+                    n = math.prod(shape)
+                    new[into] = part[at:at + n].view(shape)
+                    at += n
+            return new
+
+        return received.then(unpack)
+
+    return run
 
 
-def _regular_all_to_all(t: torch.Tensor, ex: cl.Exchange, a: int, b: int,
-                        group: dist.ProcessGroup) -> Handle[torch.Tensor]:
+def _regular_all_to_all(ex: cl.Exchange, a: int, b: int, issue: comm.Prepared) -> Runner:
     """S(a) -> S(b) in one copy each way (Note [one buffer per collective] in comm.py): the
     block for each member travels with dim a first."""
-    n = len(ex.cut)
-    if all(k == ex.cut[0] for k in ex.cut):
-        blocks = t.unflatten(b, (n, ex.cut[0]))  # member axis at b; a moves one on if after
-        a_at = a if a < b else a + 1
-        order = [b, a_at] + [d for d in range(t.dim() + 1) if d not in (b, a_at)]
-        send = blocks.permute(order).reshape(-1)
-    else:  # uneven cut: one view per member
-        send = torch.cat([blk.movedim(a, 0).reshape(-1) for blk in t.split(ex.cut, b)])
-    received = comm.all_to_all_single(send, ex.send_sizes, ex.recv_sizes, group, async_op=True)
+    n, cut = len(ex.cut), list(ex.cut)
     shape = box_shape(ex.target)
     moved = (shape[a],) + shape[:a] + shape[a + 1:]
-    return received.then(lambda buf: buf.view(moved).movedim(0, a).contiguous())
+    even = all(k == cut[0] for k in cut)
+    a_at = a if a < b else a + 1  # where a is once the member axis sits at b
+
+    def run(t: torch.Tensor) -> Handle[torch.Tensor]:
+        if even:
+            blocks = t.unflatten(b, (n, cut[0]))
+            order = [b, a_at] + [d for d in range(t.dim() + 1) if d not in (b, a_at)]
+            send = blocks.permute(order).reshape(-1)
+        else:  # uneven cut: one view per member
+            send = torch.cat([blk.movedim(a, 0).reshape(-1) for blk in t.split(cut, b)])
+        return issue(send).then(lambda buf: buf.view(moved).movedim(0, a).contiguous())
+
+    return run
 
 
-def _all_reduce(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
+def _all_reduce(step: Step, where: _Where) -> Runner:
     op = one_partial_op(step)
     if any(not isinstance(step.dst[m], Replicate) for m in step.mesh_dims):
         raise StepError(f"{step}: all_reduce turns P(op) into R on every mesh dim of the group")
-    _check_avg(op, t, step)
-    return comm.all_reduce(t, where.mesh.group_for(step.mesh_dims), op,  # type: ignore[arg-type]
-                           async_op=True)
+    reduce = comm.prepare_all_reduce(where.mesh.group_for(step.mesh_dims), op)  # type: ignore
+    return _checking_avg(op, step, reduce)
 
 
-def _reduce_scatter(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
+def _reduce_scatter(step: Step, where: _Where) -> Runner:
     op = one_partial_op(step)
     layout = cl.scatter_layout(step, where.mesh_shape, where.global_shape, where.group(step)[0])
-    _check_avg(op, t, step)
     group = where.mesh.group_for(step.mesh_dims)
     if layout.dim is not None:  # the new pieces are consecutive slabs of the old one
-        return comm.reduce_scatter_cat(t, layout.sizes, layout.dim, group, op,  # type: ignore
-                                       async_op=True)
-    return comm.reduce_scatter([t[i] for i in layout.index], group, op,  # type: ignore
-                               async_op=True)
+        have = local_shape(where.global_shape, where.mesh_shape, step.src, where.coord)
+        scatter = comm.prepare_reduce_scatter_cat(layout.sizes, layout.dim, have, group,
+                                                  op)  # type: ignore[arg-type]
+        return _checking_avg(op, step, scatter)
+
+    def cut(t: torch.Tensor) -> Handle[torch.Tensor]:
+        return comm.reduce_scatter([t[i] for i in layout.index], group, op,  # type: ignore
+                                   async_op=True)
+
+    return _checking_avg(op, step, cut)
 
 
-def _local(t: torch.Tensor, step: Step, where: _Where) -> Handle[torch.Tensor]:
+def _local(step: Step, where: _Where) -> Runner:
     # Local steps need no other rank, so the reference's own function is run on this rank's
     # piece alone: one definition of the identity fill, rank-0-keeps and scaling.
-    out = REFERENCE_STEPS[step.kind]({where.coord: t}, step, where.mesh_shape, where.global_shape)
-    return Handle.done(out[where.coord])
+    fn, coord = REFERENCE_STEPS[step.kind], where.coord
+    mesh_shape, global_shape = where.mesh_shape, where.global_shape
+
+    def run(t: torch.Tensor) -> Handle[torch.Tensor]:
+        return Handle.done(fn({coord: t}, step, mesh_shape, global_shape)[coord])
+
+    return run
 
 
-EXECUTORS: dict[str, Executor] = {
+COMPILERS: dict[str, Compiler] = {
     "all_gather": _all_gather,
     "all_to_all": _all_to_all,
     "all_reduce": _all_reduce,
@@ -208,27 +322,18 @@ EXECUTORS: dict[str, Executor] = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Packing an irregular all_to_all's boxes (collective_layout.Exchange says which)
-
-
-def _pack(t: torch.Tensor, have: Box, boxes: tuple[Box, ...]) -> torch.Tensor:
-    if not boxes:
-        return t.new_empty(0)
-    return torch.cat([t[cl.rel(b, have)].reshape(-1) for b in boxes])
-
-
-def _unpack(new: torch.Tensor, target: Box, boxes: tuple[Box, ...], buf: torch.Tensor) -> None:
-    at = 0
-    for b in boxes:
-        n = box_numel(b)
-        new[cl.rel(b, target)] = buf[at:at + n].view(box_shape(b))
-        at += n
-
-
-# ---------------------------------------------------------------------------------------------
 # Checks shared with the reference's semantics
 
 
-def _check_avg(op: str, t: torch.Tensor, step: Step) -> None:
-    if op == "avg" and not t.is_floating_point():
-        raise StepError(f"{step}: Partial(avg) on {t.dtype} would round: expected a float dtype")
+def _checking_avg(op: str, step: Step, run: Runner) -> Runner:
+    """``run``, refusing Partial(avg) on a tensor that is not floating point."""
+    if op != "avg":
+        return run
+
+    def checked(t: torch.Tensor) -> Handle[torch.Tensor]:
+        if not t.is_floating_point():
+            raise StepError(f"{step}: Partial(avg) on {t.dtype} would round: expected a float "
+                            f"dtype")
+        return run(t)
+
+    return checked

@@ -54,12 +54,21 @@ class DTensorSpec:
 
     mesh: DeviceMesh
     tensor: TensorSpec
+    # target placements -> (spec there, this rank's compiled plan): redistribute.program_to's
+    # cache (Note [compiled plans] in dtensor/redistribute.py); not part of the value
+    moves: dict = field(compare=False, hash=False, repr=False)
 
     def __init__(self, mesh: DeviceMesh, placements: Sequence[Placement],
                  shape: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> None:
         object.__setattr__(self, "mesh", mesh)
         object.__setattr__(self, "tensor", TensorSpec(tuple(shape), tuple(stride), dtype,
                                                       tuple(placements)))
+        object.__setattr__(self, "moves", {})
+
+    def __reduce__(self) -> tuple:
+        # copies and pickles carry the value, not the cache (it holds process groups)
+        t = self.tensor
+        return (DTensorSpec, (self.mesh, t.placements, t.shape, t.stride, t.dtype))
 
     @property
     def placements(self) -> tuple[Placement, ...]:

@@ -244,8 +244,8 @@ def test_step_error_for_an_impossible_step():
         mesh = init_device_mesh("cpu", (2,))
         bad = Step("all_gather", (0,), (Replicate(),), (Shard(0),))
         with pytest.raises(StepError, match="all_gather needs one S"):
-            dtensor.redistribute.EXECUTORS["all_gather"](
-                torch.ones(2), bad, dtensor.redistribute._Where(mesh, (2,), (2,), (0,)))
+            dtensor.redistribute.COMPILERS["all_gather"](
+                bad, dtensor.redistribute._Where(mesh, (2,), (2,), (0,)))
 
     simpg.run(body, 2)
 
