@@ -14,6 +14,7 @@ import simpg
 from dtensor import DTensor, init_device_mesh
 from dtensor.parallel import (ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module,
                               state_bytes)
+from examples.models import llama
 from tests.test_fully_shard import Net, _train
 
 X = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(0))
@@ -90,3 +91,26 @@ def test_meta_init_allocates_only_each_ranks_pieces():
     for pieces, expected, fraction in simpg.run(body, 4):
         assert pieces == expected  # the pieces a model built on cpu would hold
         assert fraction < 0.3  # about a quarter: the head and w2's bias are not tp-sharded
+
+
+def test_an_8b_llama_on_meta_takes_an_eighth_per_rank_and_no_collective():
+    """A Llama-3-8B-sized config, tensor parallel 4 x fully sharded 2, parallelized on meta:
+    each rank would allocate 1/8 of the 30 GiB (f32) at ``to_empty``."""
+    cfg = llama.LlamaConfig(vocab_size=128256, dim=4096, n_layers=32, n_heads=32,
+                            n_kv_heads=8, ffn_hidden=14336, max_seq_len=8192)
+
+    def body() -> tuple[int, int, int]:
+        mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+        with torch.device("meta"):
+            model = llama.Llama(cfg)
+        whole = sum(p.numel() * p.element_size() for p in model.parameters())
+        with simpg.trace() as t:
+            parallelize_module(model, mesh["tp"], llama.tp_plan(cfg))
+            for layer in model.layers:
+                fully_shard(layer, mesh["dp"])
+            fully_shard(model, mesh["dp"])
+        return whole, state_bytes(list(model.parameters()))["parameters"], len(t.records)
+
+    for whole, mine, collectives in simpg.run(body, 8):
+        assert whole > 30 * 2**30 - 2**30 and collectives == 0
+        assert mine == pytest.approx(whole / 8, rel=1e-3)  # the norms are whole over tp
