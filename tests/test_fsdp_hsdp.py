@@ -1,0 +1,68 @@
+"""HSDP: fully_shard on a 2-d (replicate, shard) mesh (Note [HSDP] in
+dtensor/parallel/fsdp.py): gathers and reduce-scatters on the shard dim, one all-reduce
+across replicas per module; training equals one device, alone and with tensor parallel on
+a third mesh dim."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import simpg
+from dtensor import Replicate, Shard, fallback_policy, init_device_mesh
+from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
+from tests.test_fully_shard import Net, _train
+
+X = torch.randn(8, 5, 8, generator=torch.Generator().manual_seed(0))
+
+
+def _rows(n: int) -> torch.Tensor:
+    """The rows n data-parallel ranks share equally (6 of 8 over 6 ranks)."""
+    return X[:len(X) // n * n]
+
+
+def _hsdp_body(mesh_shape: tuple[int, int, int]) -> tuple[list[float], dict, list, tuple]:
+    replicas, shards, tp = mesh_shape
+    mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("rep", "shard", "tp"))
+    torch.manual_seed(0)
+    model = Net()
+    for block in model.blocks:
+        if tp > 1:
+            parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
+                                                   "w2": RowwiseParallel()})
+        fully_shard(block, mesh["rep", "shard"])
+    fully_shard(model, mesh["rep", "shard"])
+    dp_rank = mesh.get_local_rank("rep") * shards + mesh.get_local_rank("shard")
+    with simpg.trace() as t:
+        model(_rows(replicas * shards).chunk(replicas * shards)[dp_rank]).sum().backward()
+    model.zero_grad()
+    ops = sorted({(r.op, len(r.ranks)) for r in t.records})
+    with fallback_policy("error"):
+        losses = _train(model, _rows(replicas * shards).chunk(replicas * shards)[dp_rank], 3)
+    full = {n: p.full_tensor() for n, p in model.named_parameters()}
+    return losses, full, ops, model.blocks[0].w1.weight.placements
+
+
+@pytest.mark.parametrize("mesh_shape", [(2, 2, 1), (2, 2, 2), (3, 2, 1)],
+                         ids=["rep2xshard2", "rep2xshard2xtp2", "rep3xshard2-uneven"])
+def test_hsdp_trains_like_one_device(mesh_shape):
+    replicas, shards, tp = mesh_shape
+    torch.manual_seed(0)
+    ref = Net()
+    ref_losses = _train(ref, _rows(replicas * shards), 3)
+    results = simpg.run(_hsdp_body, replicas * shards * tp, mesh_shape)
+    for step, expected in enumerate(ref_losses):
+        mean = sum(r[0][step] for r in results) / len(results)
+        assert mean == pytest.approx(expected, rel=1e-5)
+    for losses, full, ops, placements in results:
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(full[name], p.detach(), msg=name)
+        # on the whole mesh; w1 is column-wise under tp: dp shards its dim 1 (Note
+        # [fully_shard layout])
+        assert placements == ((Replicate(), Shard(0), Replicate()) if tp == 1
+                              else (Replicate(), Shard(1), Shard(0)))
+        # gathers and reduce-scatters over the shard dim, all-reduces across the replicas
+        # (and tp's own all-reduces of activations)
+        assert ("all_gather", shards) in ops and ("reduce_scatter", shards) in ops
+        assert ("all_reduce", replicas) in ops
+        assert not any(op in ("all_gather", "reduce_scatter") and n != shards for op, n in ops)
