@@ -98,12 +98,14 @@ def test_the_compiled_entry_gives_what_the_python_entry_gives():
                  lambda: a.view(6, 2, 2), lambda: torch.cat([a, a], 1)]
         _outputs(calls)  # recorded
         compiled = sum(1 for e in mesh.__dict__["_fast_plans"].values() if e.native is not None)
+        before = native.MODULE.taken()
         ours = _outputs(calls)
+        taken = native.MODULE.taken() - before
         with native.python_entry_only(DTensor):
             theirs = _outputs(calls)
-        return compiled >= 7, ours == theirs
+        return compiled >= 8, taken >= 8, ours == theirs
 
-    assert _world((2,), body) == [(True, True)] * 2
+    assert _world((2,), body) == [(True, True, True)] * 2
 
 
 @needs_native

@@ -62,9 +62,11 @@ def bind(dtensor_class: type, python_entry: Any) -> Any:
     if MODULE is None:
         return python_entry
     from dtensor import debug, dispatch
+    from dtensor.spec import DTensorSpec, TensorSpec
 
     MODULE.bind(dtensor_class, python_entry, dispatch._SCALARS, debug._records,
-                dispatch._check_plain, debug._ENV, debug._debug_env)
+                dispatch._check_plain, debug._ENV, debug._debug_env, TensorSpec, DTensorSpec,
+                dispatch._FastPlan)
     return MODULE.dispatch
 
 

@@ -29,6 +29,11 @@ PyObject* g_env = nullptr;          // os.environ._data, or None
 PyObject* g_debug_key = nullptr;    // b"DTENSOR_DEBUG"
 PyObject* g_debug_env = nullptr;    // debug._debug_env
 Py_ssize_t g_off_local = -1, g_off_spec = -1, g_off_tspec = -1;  // DTensor's slots
+PyTypeObject* g_tspec_type = nullptr;  // TensorSpec: its _hash field
+PyTypeObject* g_dspec_type = nullptr;  // DTensorSpec: its mesh field
+PyTypeObject* g_entry_type = nullptr;  // dispatch._FastPlan: its native field
+Py_ssize_t g_off_hash = -1, g_off_mesh = -1, g_off_native = -1;
+unsigned long long g_taken = 0;  // calls this entry ran itself (tests read it)
 
 PyObject* s_op;
 PyObject* s_pinned;
@@ -156,7 +161,7 @@ int off_fast_path() {
 }
 
 // The DTensor's mesh if it may join a key (not pinned, on `mesh` when one is known), else
-// nullptr (borrowed). -1 sets *error.
+// nullptr (borrowed); *error when Python raised.
 PyObject* mesh_of(PyObject* d, PyObject* mesh, bool* error) {
   PyObject* pinned = PyObject_GetAttr(d, s_pinned);
   if (!pinned) {
@@ -170,34 +175,132 @@ PyObject* mesh_of(PyObject* d, PyObject* mesh, bool* error) {
     return nullptr;
   }
   PyObject* spec = slot(d, g_off_spec);
-  if (!spec) return nullptr;
-  PyObject* m = PyObject_GetAttr(spec, s_mesh);
-  if (!m) {
-    *error = true;
-    return nullptr;
-  }
-  Py_DECREF(m);  // the spec holds it
-  if (mesh != nullptr && m != mesh) return nullptr;
+  if (!spec || Py_TYPE(spec) != g_dspec_type) return nullptr;
+  PyObject* m = slot(spec, g_off_mesh);
+  if (!m || (mesh != nullptr && m != mesh)) return nullptr;
   return m;
 }
 
-// The fast-table key of dtensor.dispatch.torch_dispatch, or nullptr with *go_python set
-// (the call is not keyed: the Python entry decides) or an error set.
-PyObject* build_key(PyObject* func, PyObject* args, PyObject* kwargs, PyObject** mesh_out,
-                    bool* go_python) {
-  PyObject* op = PyObject_GetAttr(func, s_op);
-  if (!op) return nullptr;
-  PyObject* key = PyList_New(1);
-  if (!key) {
-    Py_DECREF(op);
+// Python's tuple hash (Objects/tupleobject.c, xxHash's mixing), item by item, so that a key
+// holding TensorSpecs is hashed without calling their Python __hash__: a spec's hash is its
+// _hash field, as TensorSpec.__hash__ returns it (slot_tp_hash's rule: -1 becomes -2). A
+// result that differed from hash(key) could only miss, and a miss goes to the Python entry.
+constexpr Py_uhash_t kPrime1 = 11400714785074694791ULL;
+constexpr Py_uhash_t kPrime2 = 14029467366897019727ULL;
+constexpr Py_uhash_t kPrime5 = 2870177450012600261ULL;
+
+Py_hash_t item_hash(PyObject* item);
+
+Py_hash_t tuple_hash(PyObject* const* items, Py_ssize_t len) {
+  Py_uhash_t acc = kPrime5;
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    Py_uhash_t lane = static_cast<Py_uhash_t>(item_hash(items[i]));
+    if (lane == static_cast<Py_uhash_t>(-1)) return -1;
+    acc += lane * kPrime2;
+    acc = (acc << 31) | (acc >> 33);
+    acc *= kPrime1;
+  }
+  acc += static_cast<Py_uhash_t>(len) ^ (kPrime5 ^ 3527539UL);
+  if (acc == static_cast<Py_uhash_t>(-1)) return 1546275796;
+  return static_cast<Py_hash_t>(acc);
+}
+
+Py_hash_t item_hash(PyObject* item) {
+  if (Py_TYPE(item) == g_tspec_type) {
+    PyObject* h = slot(item, g_off_hash);
+    if (h && PyLong_CheckExact(h)) {
+      Py_hash_t v = PyLong_AsSsize_t(h);
+      if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return PyObject_Hash(item);
+      }
+      return v == -1 ? -2 : v;
+    }
+  } else if (PyTuple_CheckExact(item)) {
+    return tuple_hash(&PyTuple_GET_ITEM(item, 0), PyTuple_GET_SIZE(item));
+  }
+  return PyObject_Hash(item);
+}
+
+// The key's items, owned, before they become a tuple.
+struct KeyItems {
+  c10::SmallVector<PyObject*, 12> items;
+  ~KeyItems() {
+    for (PyObject* o : items) Py_XDECREF(o);
+  }
+  void add(PyObject* borrowed) {
+    Py_INCREF(borrowed);
+    items.push_back(borrowed);
+  }
+  void take(PyObject* owned) { items.push_back(owned); }
+  PyObject* tuple() {
+    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
+    if (!t) return nullptr;
+    for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(t, i, items[i]);
+    items.clear();
+    return t;
+  }
+};
+
+// The item a list or tuple argument adds to the key (new reference): its specs when it holds
+// DTensors, itself as a tuple when it holds ints; nullptr when neither (*error if raised).
+PyObject* sequence_item(PyObject* a, PyObject** mesh, bool* error) {
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(a);
+  PyObject** items = PySequence_Fast_ITEMS(a);
+  PyObject* part = PyTuple_New(len);
+  if (!part) {
+    *error = true;
     return nullptr;
   }
-  PyList_SET_ITEM(key, 0, op);
+  bool dtensors = len > 0 && reinterpret_cast<PyObject*>(Py_TYPE(items[0])) == g_cls;
+  for (Py_ssize_t j = 0; j < len; ++j) {
+    PyObject* v = items[j];
+    PyObject* item = v;
+    if (dtensors) {
+      PyObject* m = reinterpret_cast<PyObject*>(Py_TYPE(v)) == g_cls
+          ? mesh_of(v, *mesh, error) : nullptr;
+      if (!m) {
+        Py_DECREF(part);
+        return nullptr;
+      }
+      *mesh = m;
+      item = slot(v, g_off_tspec);
+    } else if (!PyLong_CheckExact(v)) {
+      Py_DECREF(part);
+      return nullptr;
+    }
+    Py_INCREF(item);
+    PyTuple_SET_ITEM(part, j, item);
+  }
+  return part;
+}
+
+// (shape, stride(), dtype, device) of a plain tensor argument (new reference)
+PyObject* plain_item(PyObject* a) {
+  PyObject* shape = PyObject_GetAttr(a, s_shape);
+  PyObject* stride = shape ? PyObject_CallMethodNoArgs(a, s_stride) : nullptr;
+  PyObject* dtype = stride ? PyObject_GetAttr(a, s_dtype) : nullptr;
+  PyObject* device = dtype ? PyObject_GetAttr(a, s_device) : nullptr;
+  PyObject* part = device ? PyTuple_Pack(4, shape, stride, dtype, device) : nullptr;
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  Py_XDECREF(dtype);
+  Py_XDECREF(device);
+  return part;
+}
+
+// The fast-table key of dtensor.dispatch.torch_dispatch and its hash, or nullptr with
+// *go_python set (the call is not keyed: the Python entry decides) or an error set.
+PyObject* build_key(PyObject* func, PyObject* args, PyObject* kwargs, PyObject** mesh_out,
+                    Py_hash_t* hash, bool* go_python) {
+  KeyItems key;
+  PyObject* op = PyObject_GetAttr(func, s_op);
+  if (!op) return nullptr;
+  key.take(op);
   PyObject* mesh = nullptr;
   bool error = false;
-  auto fail = [&](bool python) -> PyObject* {
-    Py_DECREF(key);
-    *go_python = python && !error && !PyErr_Occurred();
+  auto fail = [&]() -> PyObject* {
+    *go_python = !error && !PyErr_Occurred();
     return nullptr;
   };
   Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -206,81 +309,40 @@ PyObject* build_key(PyObject* func, PyObject* args, PyObject* kwargs, PyObject**
     PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(a));
     if (kind == g_cls) {
       PyObject* m = mesh_of(a, mesh, &error);
-      if (!m) return fail(true);
+      if (!m) return fail();
       mesh = m;
-      if (PyList_Append(key, slot(a, g_off_tspec)) < 0) return fail(false);
-    } else if (is_scalar_type(kind)) {
-      if (PyList_Append(key, a) < 0 || PyList_Append(key, kind) < 0) return fail(false);
+      key.add(slot(a, g_off_tspec));
+    } else if (is_scalar_type(kind)) {  // 2 == 2.0 == True as keys, not as arguments
+      key.add(a);
+      key.add(kind);
     } else if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
-      PyObject* seq = a;
-      Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
-      PyObject** items = PySequence_Fast_ITEMS(seq);
-      PyObject* part = PyTuple_New(len);
-      if (!part) return fail(false);
-      if (len > 0 && reinterpret_cast<PyObject*>(Py_TYPE(items[0])) == g_cls) {
-        for (Py_ssize_t j = 0; j < len; ++j) {
-          PyObject* v = items[j];
-          if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != g_cls) {
-            Py_DECREF(part);
-            return fail(true);
-          }
-          PyObject* m = mesh_of(v, mesh, &error);
-          if (!m) {
-            Py_DECREF(part);
-            return fail(true);
-          }
-          mesh = m;
-          PyObject* ts = slot(v, g_off_tspec);
-          Py_INCREF(ts);
-          PyTuple_SET_ITEM(part, j, ts);
-        }
-      } else {
-        for (Py_ssize_t j = 0; j < len; ++j) {
-          if (!PyLong_CheckExact(items[j])) {
-            Py_DECREF(part);
-            return fail(true);
-          }
-          Py_INCREF(items[j]);
-          PyTuple_SET_ITEM(part, j, items[j]);
-        }
-      }
-      int r = PyList_Append(key, part);
-      Py_DECREF(part);
-      if (r < 0) return fail(false);
+      PyObject* part = sequence_item(a, &mesh, &error);
+      if (!part) return fail();
+      key.take(part);
     } else if (kind == THPVariableClass) {  // a plain tensor, taken as Replicate
-      PyObject* shape = PyObject_GetAttr(a, s_shape);
-      PyObject* stride = shape ? PyObject_CallMethodNoArgs(a, s_stride) : nullptr;
-      PyObject* dtype = stride ? PyObject_GetAttr(a, s_dtype) : nullptr;
-      PyObject* device = dtype ? PyObject_GetAttr(a, s_device) : nullptr;
-      PyObject* part = device ? PyTuple_Pack(4, shape, stride, dtype, device) : nullptr;
-      Py_XDECREF(shape);
-      Py_XDECREF(stride);
-      Py_XDECREF(dtype);
-      Py_XDECREF(device);
-      if (!part) return fail(false);
-      int r = PyList_Append(key, part);
-      Py_DECREF(part);
-      if (r < 0) return fail(false);
+      PyObject* part = plain_item(a);
+      if (!part) return nullptr;
+      key.take(part);
     } else {
-      return fail(true);
+      return fail();
     }
   }
-  if (mesh == nullptr) return fail(true);
-  if (kwargs != nullptr && kwargs != Py_None && PyDict_GET_SIZE(kwargs) > 0) {
+  if (mesh == nullptr) return fail();
+  if (kwargs != Py_None && PyDict_GET_SIZE(kwargs) > 0) {
     Py_ssize_t pos = 0;
     PyObject *name, *value;
     while (PyDict_Next(kwargs, &pos, &name, &value)) {
       PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(value));
-      if (!is_scalar_type(kind)) return fail(true);
-      if (PyList_Append(key, name) < 0 || PyList_Append(key, value) < 0 ||
-          PyList_Append(key, kind) < 0)
-        return fail(false);
+      if (!is_scalar_type(kind)) return fail();
+      key.add(name);
+      key.add(value);
+      key.add(kind);
     }
   }
-  PyObject* tuple = PyList_AsTuple(key);
-  Py_DECREF(key);
+  *hash = tuple_hash(key.items.data(), static_cast<Py_ssize_t>(key.items.size()));
+  if (*hash == -1) return nullptr;
   *mesh_out = mesh;
-  return tuple;
+  return key.tuple();
 }
 
 // A new wrapper of `cls` around `local`, as Tensor._make_wrapper_subclass builds it (a
@@ -395,8 +457,9 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs
       !PyTuple_CheckExact(args) || (kwargs != Py_None && !PyDict_CheckExact(kwargs)))
     return call_fallback(argv, nargs);
   PyObject* mesh = nullptr;
+  Py_hash_t hash = -1;
   bool go_python = false;
-  PyObject* key = build_key(func, args, kwargs, &mesh, &go_python);
+  PyObject* key = build_key(func, args, kwargs, &mesh, &hash, &go_python);
   if (!key) return go_python ? call_fallback(argv, nargs) : nullptr;
   PyObject* dict = PyObject_GetAttr(mesh, s_dict);
   if (!dict) {
@@ -404,20 +467,19 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs
     return nullptr;
   }
   PyObject* fast = PyDict_GetItemWithError(dict, s_fast_plans);
-  PyObject* entry = fast ? PyDict_GetItemWithError(fast, key) : nullptr;
+  PyObject* entry = fast && PyDict_CheckExact(fast)
+      ? _PyDict_GetItem_KnownHash(fast, key, hash) : nullptr;
   Py_DECREF(key);
-  if (!entry) {
+  if (!entry || Py_TYPE(entry) != g_entry_type) {
     Py_DECREF(dict);
     return PyErr_Occurred() ? nullptr : call_fallback(argv, nargs);
   }
-  Py_INCREF(entry);
+  PyObject* capsule = slot(entry, g_off_native);  // the table, held by dict, holds it
+  Py_XINCREF(capsule);
   Py_DECREF(dict);
-  PyObject* capsule = PyObject_GetAttr(entry, s_native);
-  Py_DECREF(entry);
-  if (!capsule) return nullptr;
-  int off = capsule == Py_None ? 1 : off_fast_path();
+  int off = capsule == nullptr || capsule == Py_None ? 1 : off_fast_path();
   if (off != 0) {
-    Py_DECREF(capsule);
+    Py_XDECREF(capsule);
     return off < 0 ? nullptr : call_fallback(argv, nargs);
   }
   auto* plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kCapsule));
@@ -428,6 +490,7 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs
   PyObject* out = run(*plan, cls, args, kwargs, &go_python);
   Py_DECREF(capsule);
   if (!out && go_python) return call_fallback(argv, nargs);
+  g_taken += out != nullptr;
   return out;
   END_HANDLE_TH_ERRORS
 }
@@ -595,31 +658,51 @@ Py_ssize_t member_offset(PyObject* cls, const char* name) {
   return m->type == T_OBJECT_EX ? m->offset : -1;
 }
 
-// bind(DTensor, torch_dispatch, scalar_types, records, check_plain, env, debug_env)
+Py_ssize_t offset_of(PyObject* cls, const char* name) {
+  Py_ssize_t off = member_offset(cls, name);
+  if (off < 0)
+    PyErr_Format(PyExc_TypeError, "bind: %s must declare the slot %s",
+                 reinterpret_cast<PyTypeObject*>(cls)->tp_name, name);
+  return off;
+}
+
+// bind(DTensor, torch_dispatch, scalar_types, records, check_plain, env, debug_env,
+//      TensorSpec, DTensorSpec, _FastPlan)
 PyObject* bind(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
-  if (nargs != 7 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[2])) {
+  if (nargs != 10 || !PyType_Check(argv[0]) || !PyAnySet_Check(argv[2]) ||
+      !PyType_Check(argv[7]) || !PyType_Check(argv[8]) || !PyType_Check(argv[9])) {
     PyErr_SetString(PyExc_TypeError, "bind(DTensor, torch_dispatch, scalar_types, records, "
-                                     "check_plain, env, debug_env)");
+                                     "check_plain, env, debug_env, TensorSpec, DTensorSpec, "
+                                     "_FastPlan)");
     return nullptr;
   }
-  Py_ssize_t local = member_offset(argv[0], "_local_tensor");
-  Py_ssize_t spec = member_offset(argv[0], "_spec");
-  Py_ssize_t tspec = member_offset(argv[0], "_tspec");
-  if (local < 0 || spec < 0 || tspec < 0) {
-    PyErr_SetString(PyExc_TypeError, "bind: the class must declare __slots__ _local_tensor, "
-                                     "_spec and _tspec");
-    return nullptr;
-  }
-  g_off_local = local;
-  g_off_spec = spec;
-  g_off_tspec = tspec;
+  Py_ssize_t offsets[] = {offset_of(argv[0], "_local_tensor"), offset_of(argv[0], "_spec"),
+                          offset_of(argv[0], "_tspec"), offset_of(argv[7], "_hash"),
+                          offset_of(argv[8], "mesh"), offset_of(argv[9], "native")};
+  for (Py_ssize_t off : offsets)
+    if (off < 0) return nullptr;
+  g_off_local = offsets[0];
+  g_off_spec = offsets[1];
+  g_off_tspec = offsets[2];
+  g_off_hash = offsets[3];
+  g_off_mesh = offsets[4];
+  g_off_native = offsets[5];
   PyObject** targets[] = {&g_cls, &g_fallback, &g_scalar_types, &g_records, &g_check_plain,
                           &g_env, &g_debug_env};
   for (int i = 0; i < 7; ++i) {
     Py_INCREF(argv[i]);
     Py_XSETREF(*targets[i], argv[i]);
   }
+  PyTypeObject** types[] = {&g_tspec_type, &g_dspec_type, &g_entry_type};
+  for (int i = 0; i < 3; ++i) {
+    Py_INCREF(argv[7 + i]);
+    Py_XSETREF(*types[i], reinterpret_cast<PyTypeObject*>(argv[7 + i]));
+  }
   Py_RETURN_NONE;
+}
+
+PyObject* taken(PyObject* /*module*/, PyObject* /*unused*/) {
+  return PyLong_FromUnsignedLongLong(g_taken);
 }
 
 PyMethodDef methods[] = {
@@ -629,6 +712,7 @@ PyMethodDef methods[] = {
      METH_FASTCALL, "A fast-path entry's compiled plan, or None"},
     {"bind", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bind)), METH_FASTCALL,
      "Bind the DTensor class and the Python entry"},
+    {"taken", taken, METH_NOARGS, "How many calls the compiled entry ran itself"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "dtensor_native", nullptr, -1, methods};
