@@ -1,8 +1,16 @@
 """The large-model features together (docs/large-models.md): a Llama built on meta, tensor
 parallel x HSDP on a 2x2x2 simulated mesh, checkpointed layers, two accumulated
-micro-batches per step, f32 and bf16 (f32 reductions); losses against one device."""
+micro-batches per step, f32 and bf16 (f32 reductions); losses against one device. On real
+gloo processes too: this file is also the program they run,
+
+    python tests/test_fsdp_stack.py RANK WORLD_SIZE STORE_PORT OUT_PATH
+"""
 
 from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +21,10 @@ import simpg
 from dtensor import init_device_mesh
 from dtensor.parallel import (MixedPrecisionPolicy, fully_shard, loss_parallel,
                               parallelize_module)
-from examples.models import llama
+if __name__ == "__main__":  # run as a gloo rank's program: examples/ and gloo_main importable
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
+                    str(Path(__file__).resolve().parent / "programs")]
+from examples.models import llama  # noqa: E402
 
 CFG = llama.PRESETS["tiny"]
 TOKENS = torch.randint(0, CFG.vocab_size, (8, 17), generator=torch.Generator().manual_seed(0))
@@ -58,8 +69,9 @@ def _reference_losses() -> list[float]:
     return losses
 
 
-def _rank(param_dtype: torch.dtype | None) -> list[float]:
-    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("rep", "shard", "tp"))
+def _rank(param_dtype: torch.dtype | None,
+          mesh_shape: tuple[int, int, int] = (2, 2, 2)) -> list[float]:
+    mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("rep", "shard", "tp"))
     with torch.device("meta"):
         model = llama.Llama(CFG)
     parallelize_module(model, mesh["tp"], llama.tp_plan(CFG))
@@ -71,8 +83,9 @@ def _rank(param_dtype: torch.dtype | None) -> list[float]:
     for i, layer in enumerate(model.layers):
         model.layers[i] = Checkpointed(layer)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    dp = mesh.get_local_rank("rep") * 2 + mesh.get_local_rank("shard")
-    inputs, targets = INPUTS.chunk(4)[dp], TARGETS.chunk(4)[dp]
+    replicas, shards, _ = mesh_shape
+    dp = mesh.get_local_rank("rep") * shards + mesh.get_local_rank("shard")
+    inputs, targets = INPUTS.chunk(replicas * shards)[dp], TARGETS.chunk(replicas * shards)[dp]
     losses = []
     for _ in range(STEPS):
         total = 0.0
@@ -96,3 +109,26 @@ def test_the_whole_stack_trains_like_one_device(param_dtype, tolerance):
     for step, want in enumerate(expected):
         mean = sum(r[step] for r in results) / len(results)  # each dp share's mean loss
         assert mean == pytest.approx(want, rel=tolerance)
+
+
+GLOO_MESH = (1, 2, 2)  # fully sharded over 2 x tensor parallel over 2: 4 processes
+
+
+@pytest.mark.gloo
+def test_the_stack_on_gloo_processes_gives_the_simulated_losses(tmp_path):
+    from gloo_runner import run_program_on_gloo
+
+    simulated = simpg.run(_rank, 4, torch.bfloat16, GLOO_MESH)
+    real = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=240.0)
+    expected = _reference_losses()
+    for r, s in zip(real, simulated):
+        assert r == pytest.approx(s, rel=1e-6)
+    for step, want in enumerate(expected):
+        assert sum(r[step] for r in real) / len(real) == pytest.approx(want, rel=2e-2)
+
+
+if __name__ == "__main__":
+    from gloo_main import run_as_gloo_rank  # tests/programs: on the path set above
+
+    run_as_gloo_rank(lambda: _rank(torch.bfloat16, GLOO_MESH), sys.argv[1:],
+                     timedelta(seconds=120))
