@@ -208,22 +208,25 @@ def plan(src_placements: Sequence[Placement | int], dst_placements: Sequence[Pla
     >>> [str(s) for s in plan([Shard(0), Shard(0)], [Replicate(), Replicate()], (2, 4), (7, 5))]
     ['all_gather(0,1) [S(0),S(0)]->[R,R]']
     """
-    src_t, dst_t = tuple(src_placements), tuple(dst_placements)
-    if itemsize > 0:
-        itemsize = 1  # it scales every step's bytes alike: the plan is the same at any size
-    if all(isinstance(p, _PLACEMENT_TYPES) for p in src_t + dst_t):
-        # placement objects only: an int (or a bool, equal to one) is normalized first
-        return _plan_of(src_t, dst_t, tuple(mesh_shape), tuple(global_shape), itemsize)
-    return _plan_normalized(src_t, dst_t, tuple(mesh_shape), tuple(global_shape), itemsize)
+    key = (tuple(src_placements), tuple(dst_placements), tuple(mesh_shape),
+           tuple(global_shape), 1 if itemsize > 0 else itemsize)
+    # ``itemsize`` scales every step's bytes alike: the plan is the same at every size > 0
+    found = _PLANS.get(key)
+    if found is not None:
+        return found
+    steps = _plan_normalized(*key)
+    # only placement objects are keys: an int entry (or a bool, equal to one) is normalized
+    # anew each time, so True never finds the plan of 1
+    if all(isinstance(p, _PLACEMENT_TYPES) for p in key[0] + key[1]):
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = steps
+    return steps
 
 
 _PLACEMENT_TYPES = (Shard, Replicate, Partial)
-
-
-@lru_cache(maxsize=65536)
-def _plan_of(src: tuple, dst: tuple, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
-             itemsize: int) -> tuple[Step, ...]:
-    return _plan_normalized(src, dst, mesh_shape, global_shape, itemsize)
+_PLANS: dict[tuple, tuple[Step, ...]] = {}  # plan's cache: one dict lookup on a hit
+_MAX_PLANS = 65536
 
 
 def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: tuple[int, ...],

@@ -54,37 +54,32 @@ class DTensorSpec:
 
     mesh: DeviceMesh
     tensor: TensorSpec
+    # ``tensor``'s fields again, as slots: read on every op, a slot costs no Python call where
+    # a property costs one; not part of the value (``tensor`` is)
+    placements: tuple[Placement, ...] = field(compare=False, hash=False, repr=False)
+    shape: tuple[int, ...] = field(compare=False, hash=False, repr=False)
+    stride: tuple[int, ...] = field(compare=False, hash=False, repr=False)
+    dtype: torch.dtype = field(compare=False, hash=False, repr=False)
     # target placements -> (spec there, this rank's compiled plan): redistribute.program_to's
     # cache (Note [compiled plans] in dtensor/redistribute.py); not part of the value
     moves: dict = field(compare=False, hash=False, repr=False)
 
     def __init__(self, mesh: DeviceMesh, placements: Sequence[Placement],
                  shape: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> None:
-        object.__setattr__(self, "mesh", mesh)
-        object.__setattr__(self, "tensor", TensorSpec(tuple(shape), tuple(stride), dtype,
-                                                      tuple(placements)))
-        object.__setattr__(self, "moves", {})
+        t = TensorSpec(tuple(shape), tuple(stride), dtype, tuple(placements))
+        setter = object.__setattr__
+        setter(self, "mesh", mesh)
+        setter(self, "tensor", t)
+        setter(self, "placements", t.placements)
+        setter(self, "shape", t.shape)
+        setter(self, "stride", t.stride)
+        setter(self, "dtype", dtype)
+        setter(self, "moves", {})
 
     def __reduce__(self) -> tuple:
         # copies and pickles carry the value, not the cache (it holds process groups)
         t = self.tensor
         return (DTensorSpec, (self.mesh, t.placements, t.shape, t.stride, t.dtype))
-
-    @property
-    def placements(self) -> tuple[Placement, ...]:
-        return self.tensor.placements
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.tensor.shape
-
-    @property
-    def stride(self) -> tuple[int, ...]:
-        return self.tensor.stride
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.tensor.dtype
 
     def local_shape(self, coordinate: Sequence[int] | None = None) -> tuple[int, ...]:
         coord = coordinate if coordinate is not None else self.mesh.get_coordinate()

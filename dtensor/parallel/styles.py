@@ -23,6 +23,7 @@ the two.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -30,11 +31,13 @@ import torch
 from torch import nn
 
 from dtensor import comm
+from dtensor._autograd import Redistribute
 from dtensor.api import distribute_tensor
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import (AlreadyParallelizedError, ParallelStyleError,
                                      StyleLayoutsError, UnsupportedModuleError)
-from dtensor.placements import Placement, Replicate, Shard, normalize_placements
+from dtensor.placements import (Placement, PlacementError, Replicate, Shard,
+                                normalize_placements)
 from dtensor.tensor import DTensor
 
 Layout = Placement | None
@@ -120,17 +123,30 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
     if layout is None or not isinstance(x, torch.Tensor):
         return x
     if isinstance(x, DTensor):
-        if x.device_mesh != mesh:
+        if x._spec.mesh is not mesh and x._spec.mesh != mesh:
             raise ParallelStyleError(f"{what}: got a DTensor on {x.device_mesh!r}, expected one "
                                      f"on {mesh!r} (or a plain tensor in {layout})")
         dt = x
     else:
         dt = _from_local_piece(x, mesh, layout, global_size)
     target = desired if desired is not None else layout
-    placements = normalize_placements([target], dt.dim(), 1, shape=dt.shape)
-    if dt.placements != placements:
-        dt = dt.redistribute(mesh, placements)
+    try:
+        placements = _one_placement(target, dt.dim())
+    except PlacementError:  # again, for a message that names the shape
+        normalize_placements([target], dt.dim(), 1, shape=dt.shape)
+        raise
+    if dt._spec.placements != placements:
+        # the mesh is checked and the placements normalized: DTensor.redistribute's own
+        # checks would repeat both, at every forward
+        dt = Redistribute.apply(dt, placements, False)
     return dt
+
+
+@functools.lru_cache(maxsize=256)
+def _one_placement(target: Placement, ndim: int) -> tuple[Placement, ...]:
+    """``target`` as a 1-d mesh's placements for an ``ndim``-d tensor (a hook's per-call
+    normalization, looked up)."""
+    return normalize_placements([target], ndim, 1)
 
 
 # Note [uneven local inputs]
