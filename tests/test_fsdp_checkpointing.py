@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 import simpg
 from dtensor import DTensor, init_device_mesh
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
+from dtensor.parallel.fsdp import data_parallel_state
 from tests.test_fully_shard import Block
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,3 +131,27 @@ def test_recomputation_gathers_nothing_more():
     plain, checkpointed = simpg.run(body, 2, False)[0], simpg.run(body, 2, True)[0]
     assert checkpointed == plain == ["all_gather", "all_gather", "all_gather",
                                      "reduce_scatter", "all_gather", "reduce_scatter"]
+
+
+def test_a_frozen_module_is_not_left_in_backward():
+    """Its backward never runs (no gradient to reduce): the end of the backward pass clears
+    the in-backward mark, so the next forward gathers as usual instead of reusing pieces."""
+
+    def body() -> list:
+        mesh = init_device_mesh("cpu", (2,))
+        torch.manual_seed(0)
+        model = Checkpointed(use_checkpoint=False)
+        model.blocks[0].requires_grad_(False)
+        for block in model.blocks:
+            fully_shard(block, mesh)
+        fully_shard(model, mesh)
+        seen = []
+        for _ in range(2):
+            model(BATCHES[0].requires_grad_()).sum().backward()
+            seen.append([data_parallel_state(b).in_backward for b in model.blocks])
+            seen.append([isinstance(p, nn.Parameter) for p in model.blocks[0].parameters()])
+        return seen
+
+    for seen in simpg.run(body, 2):
+        assert seen[0] == seen[2] == [False, False]
+        assert seen[1] == seen[3] == [True] * 4  # the stored parameters are back

@@ -198,6 +198,19 @@ def after_forward(state: _State, out: Any) -> Any:
 
 
 def _before_backward(state: _State) -> None:
+    if not state.in_backward:
+        # a module whose backward never runs (frozen parameters, unused outputs) must not
+        # stay marked: the next forward would be taken for a recomputation
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: _end_backward(state))
     state.in_backward = True
     _regather(state)
+
+
+def _end_backward(state: _State) -> None:
+    if state.in_backward:  # the module's own backward did not run
+        _restore_stored(state)
+        state.in_backward = False
+        if state.reshard_after_forward:
+            for m in state.params:
+                _free(m)
 
