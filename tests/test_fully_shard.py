@@ -139,3 +139,20 @@ def test_misuse_gets_a_clear_error(build, message):
             build(mesh)
 
     simpg.run(body, 4)
+
+
+def test_replicate_gathers_nothing_and_all_reduces_once_per_module():
+    """Replicated parameters are whole on every rank: their gradients share one all-reduce
+    (Note [one collective per module]); it used to all-gather n copies and reduce-scatter
+    them, twice the bytes."""
+
+    def body() -> list[tuple[str, int]]:
+        mesh = init_device_mesh("cpu", (4,))
+        model = replicate(nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64)), mesh)
+        with simpg.trace() as t:
+            model(torch.randn(2, 64)).sum().backward()
+        return [(r.op, r.total_bytes) for r in t.records]
+
+    whole = (64 * 64 + 64) * 2 * 4  # bytes of the gradients
+    ring = 2 * (4 - 1) * whole  # a ring all-reduce: each of 4 ranks sends 2 * 3/4 of them
+    assert simpg.run(body, 4)[0] == [("all_reduce", ring)]
