@@ -450,13 +450,11 @@ def _record_fast(func: Any, args: tuple, kwargs: dict, plan: _Plan, out: Any, me
     container = None if isinstance(out, torch.Tensor) else type(out)
     returns_arg = sources[0][0] if sources[0] is not None else None
     lists = tuple(i for i, x in enumerate(args) if _dtensor_list(x, DTensor))
-    compiled = None
-    if not local and not moves and not lists:
-        compiled = native.compile_plan(func, args, kwargs, rewrite, out_fields, container,
-                                       returns_arg)
+    local_fn = LOCAL_FUNCTIONS[local] if local else None
+    compiled = native.compile_plan(func, args, kwargs, rewrite, out_fields, container,
+                                   returns_arg, local_fn, plan.boxes, moves, lists)
     mesh.__dict__.setdefault("_fast_plans", {})[fast_key] = _FastPlan(
-        func._op, out_fields, container, rewrite,
-        LOCAL_FUNCTIONS[local] if local else None, plan.boxes, returns_arg,
+        func._op, out_fields, container, rewrite, local_fn, plan.boxes, returns_arg,
         tuple(i for i, x in enumerate(args) if type(x) is DTensor), lists, moves, compiled)
 
 

@@ -71,11 +71,14 @@ def bind(dtensor_class: type, python_entry: Any) -> Any:
 
 
 def compile_plan(func: Any, args: tuple, kwargs: dict, rewrite: tuple, outs: tuple,
-                 container: type | None, returns_arg: int | None) -> Any:
-    """A fast-path entry's compiled plan, or None (the entry stays with the Python entry)."""
+                 container: type | None, returns_arg: int | None, local: Any, boxes: Any,
+                 moves: tuple, lists: tuple) -> Any:
+    """A fast-path entry's compiled plan (its fields as in ``dispatch._FastPlan``), or None
+    (the entry stays with the Python entry)."""
     if MODULE is None:
         return None
-    return MODULE.compile(func, args, kwargs or None, rewrite, outs, container, returns_arg)
+    return MODULE.compile(func, tuple(args), kwargs or None, rewrite, outs, container,
+                          returns_arg, local, boxes, moves, lists)
 
 
 @contextlib.contextmanager

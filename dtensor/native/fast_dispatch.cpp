@@ -80,11 +80,14 @@ struct Fixed {
   PyObject* name;          // keyword name (owned), or nullptr
 };
 
-enum class Kind { DTensor, Plain };
+// What each positional argument is: its local piece (moved when the entry says so), a list
+// of local pieces, a plain tensor, or a value the key fixes (Fixed).
+enum class Kind { DTensor, DTensorList, Plain, Fixed };
 
 struct TensorArg {
   size_t index;
   Kind kind;
+  PyObject* move;  // Note [local moves]: the piece's move, or nullptr (the plan owns it)
 };
 
 struct Plan {
@@ -98,13 +101,27 @@ struct Plan {
   int container;  // 0: one tensor, 1: tuple, 2: list
   bool list_return;  // one Tensor[] return
   Py_ssize_t returns_arg;
+  // Note [local functions]: the strategy's function runs instead of the op, on a Python
+  // tuple of arguments (with the rewritten sizes in place)
+  PyObject* func = nullptr;
+  PyObject* local = nullptr;
+  PyObject* boxes = nullptr;
+  std::vector<Kind> kinds;            // per positional argument
+  std::vector<PyObject*> rewritten;   // per positional argument, or nullptr
+  std::vector<PyObject*> owned;       // moves, rewritten values, func, local, boxes
 
   explicit Plan(c10::OperatorHandle h) : op(std::move(h)) {}
+  PyObject* keep(PyObject* o) {  // a new reference the plan holds; o itself
+    Py_XINCREF(o);
+    owned.push_back(o);
+    return o;
+  }
   ~Plan() {
     for (auto& f : fixed) {
       Py_XDECREF(f.recorded);
       Py_XDECREF(f.name);
     }
+    for (PyObject* o : owned) Py_XDECREF(o);
     for (auto& o : outs) {
       Py_XDECREF(o.spec);
       Py_XDECREF(o.tspec);
@@ -376,6 +393,94 @@ PyObject* wrap(PyObject* cls, const at::Tensor& local, const Out& out) {
   return obj;
 }
 
+PyObject* wrap_all(const Plan& plan, PyObject* cls, const std::vector<at::Tensor>& results);
+
+// Note [local functions] in dtensor.ops: entry.local(func, largs, kwargs, boxes), on the
+// arguments the Python entry would build (pieces, lists of pieces, moves, rewritten sizes).
+PyObject* run_local(const Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs,
+                    bool* go_python) {
+  Py_ssize_t n = plan.nargs;
+  PyObject* largs = PyTuple_New(n);
+  if (!largs) return nullptr;
+  auto give_up = [&](bool python) -> PyObject* {
+    Py_DECREF(largs);
+    *go_python = python;
+    return nullptr;
+  };
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyObject* v = nullptr;
+    if (plan.kinds[i] == Kind::DTensor) {
+      v = slot(a, g_off_local);
+      if (!v) return give_up(true);
+      Py_INCREF(v);
+    } else if (plan.kinds[i] == Kind::DTensorList) {
+      Py_ssize_t len = PySequence_Fast_GET_SIZE(a);
+      v = PyList_New(len);
+      if (!v) return give_up(false);
+      for (Py_ssize_t j = 0; j < len; ++j) {
+        PyObject* piece = slot(PySequence_Fast_ITEMS(a)[j], g_off_local);
+        if (!piece) {
+          Py_DECREF(v);
+          return give_up(true);
+        }
+        Py_INCREF(piece);
+        PyList_SET_ITEM(v, j, piece);
+      }
+    } else {
+      v = plan.rewritten[i] ? plan.rewritten[i] : a;
+      Py_INCREF(v);
+    }
+    PyTuple_SET_ITEM(largs, i, v);
+  }
+  for (const auto& t : plan.tensors) {
+    if (t.move == nullptr) continue;
+    PyObject* moved = PyObject_CallOneArg(t.move, PyTuple_GET_ITEM(largs, t.index));
+    if (!moved) return give_up(false);
+    Py_SETREF(PyTuple_GET_ITEM(largs, t.index), moved);
+  }
+  bool no_kwargs = kwargs == Py_None || PyDict_GET_SIZE(kwargs) == 0;
+  PyObject* kw = no_kwargs ? PyDict_New() : kwargs;
+  if (!kw) return give_up(false);
+  if (!no_kwargs) Py_INCREF(kw);
+  PyObject* call[] = {plan.func, largs, kw, plan.boxes};
+  PyObject* out = PyObject_Vectorcall(plan.local, call, 4, nullptr);
+  Py_DECREF(kw);
+  Py_DECREF(largs);
+  if (!out) return nullptr;
+  if (plan.returns_arg >= 0) {
+    Py_DECREF(out);
+    PyObject* r = PyTuple_GET_ITEM(args, plan.returns_arg);
+    Py_INCREF(r);
+    return r;
+  }
+  std::vector<at::Tensor> results;
+  bool ok = true;
+  if (plan.container == 0) {
+    ok = THPVariable_Check(out);
+    if (ok) results.push_back(THPVariable_Unpack(out));
+  } else {
+    PyObject* seq = PySequence_Fast(out, "a local function returned no sequence");
+    if (!seq) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    for (Py_ssize_t j = 0; ok && j < PySequence_Fast_GET_SIZE(seq); ++j) {
+      PyObject* item = PySequence_Fast_ITEMS(seq)[j];
+      ok = THPVariable_Check(item);
+      if (ok) results.push_back(THPVariable_Unpack(item));
+    }
+    Py_DECREF(seq);
+  }
+  Py_DECREF(out);
+  if (!ok) {
+    PyErr_SetString(PyExc_TypeError, "a local function returned something else than tensors");
+    return nullptr;
+  }
+  if (plan.container == 0) return wrap(cls, results[0], plan.outs[0]);
+  return wrap_all(plan, cls, results);
+}
+
 // Run a plan on this call's arguments: nullptr with *go_python when a local piece is not a
 // plain tensor (a subclass may want its own handling: the Python entry decides).
 PyObject* run(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs, bool* go_python) {
@@ -383,18 +488,46 @@ PyObject* run(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs, bool*
     *go_python = true;
     return nullptr;
   }
+  if (plan.local != nullptr) return run_local(plan, cls, args, kwargs, go_python);
   torch::jit::Stack stack(plan.stack);
   int64_t numel = 0;
   for (const auto& t : plan.tensors) {
     PyObject* a = PyTuple_GET_ITEM(args, t.index);
+    if (t.kind == Kind::DTensorList) {
+      c10::List<at::Tensor> pieces;
+      Py_ssize_t len = PySequence_Fast_GET_SIZE(a);
+      pieces.reserve(len);
+      for (Py_ssize_t j = 0; j < len; ++j) {
+        PyObject* local = slot(PySequence_Fast_ITEMS(a)[j], g_off_local);
+        if (local == nullptr || !THPVariable_CheckExact(local)) {
+          *go_python = true;
+          return nullptr;
+        }
+        pieces.push_back(THPVariable_Unpack(local));
+        numel += pieces.get(j).numel();
+      }
+      stack[t.index] = std::move(pieces);
+      continue;
+    }
     PyObject* local = t.kind == Kind::DTensor ? slot(a, g_off_local) : a;
     if (local == nullptr || !THPVariable_CheckExact(local)) {
       *go_python = true;
       return nullptr;
     }
-    const at::Tensor& tensor = THPVariable_Unpack(local);
-    numel += tensor.numel();
-    stack[t.index] = tensor;
+    if (t.move != nullptr) {
+      PyObject* moved = PyObject_CallOneArg(t.move, local);
+      if (!moved) return nullptr;
+      if (!THPVariable_Check(moved)) {
+        Py_DECREF(moved);
+        PyErr_SetString(PyExc_TypeError, "a local move returned something else than a tensor");
+        return nullptr;
+      }
+      stack[t.index] = THPVariable_Unpack(moved);
+      Py_DECREF(moved);
+    } else {
+      stack[t.index] = THPVariable_Unpack(local);
+    }
+    numel += stack[t.index].toTensor().numel();
   }
   for (const auto& f : plan.fixed) {
     if (!f.check_identity) continue;
@@ -427,6 +560,12 @@ PyObject* run(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs, bool*
   } else {
     for (auto& v : stack) results.push_back(v.toTensor());
   }
+  return wrap_all(plan, cls, results);
+}
+
+// The plan's container of wrappers around `results`, zipped with its outputs as the Python
+// entry zips them.
+PyObject* wrap_all(const Plan& plan, PyObject* cls, const std::vector<at::Tensor>& results) {
   size_t n = std::min(results.size(), plan.outs.size());  // zip(out, entry.outs)
   PyObject* seq = plan.container == 2 ? PyList_New(n) : PyTuple_New(n);
   if (!seq) return nullptr;
@@ -504,13 +643,78 @@ bool is_tensor_type(c10::TypePtr t) {
   return t->kind() == c10::TypeKind::TensorType;
 }
 
-// compile(func, args, kwargs, rewrite, outs, container, returns_arg) -> capsule or None.
-// outs: per output (spec, tspec, shape, stride, dtype, layout). None: this entry stays with
-// the Python fast path (a local function, a move, a list of DTensors, an unusual schema).
+// The op's stack with every value the key fixes converted once (positional scalars, int lists,
+// rewritten sizes, keyword arguments, defaults); false when an argument cannot be prepared
+// (the entry stays with the Python entry).
+bool prepare_stack(Plan& plan, const c10::FunctionSchema& schema, PyObject* args,
+                   PyObject* kwargs) {
+  const auto& sargs = schema.arguments();
+  Py_ssize_t n = plan.nargs;
+  plan.stack.resize(sargs.size());
+  auto convert = [&](PyObject* value, const c10::Argument& sarg, c10::IValue* out) {
+    try {
+      *out = torch::jit::toIValue(value, sarg.real_type());
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const auto& sarg = sargs[i];
+    if (sarg.kwarg_only()) return false;
+    if (plan.kinds[i] != Kind::Fixed) continue;
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyObject* value = plan.rewritten[i] ? plan.rewritten[i] : a;
+    bool sequence = PyList_CheckExact(value) || PyTuple_CheckExact(value);
+    if (!plan.rewritten[i] && !sequence &&
+        !is_scalar_type(reinterpret_cast<PyObject*>(Py_TYPE(a))))
+      return false;
+    if (sequence) {  // ints only: the key took no other list here
+      for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(value); ++j)
+        if (!PyLong_CheckExact(PySequence_Fast_ITEMS(value)[j])) return false;
+    } else if (is_tensor_type(sarg.real_type()) && !plan.allow_numbers && value != Py_None) {
+      return false;  // toIValue would refuse it on every call
+    }
+    c10::IValue iv;
+    if (!convert(value, sarg, &iv)) return false;
+    plan.stack[i] = iv;
+    bool identity = !plan.rewritten[i] && (PyFloat_CheckExact(a) || PyComplex_CheckExact(a));
+    Py_INCREF(a);
+    plan.fixed.push_back({static_cast<size_t>(i), a, iv, sarg.real_type(), identity, i,
+                          nullptr});
+  }
+  Py_ssize_t used = 0;
+  for (size_t i = n; i < sargs.size(); ++i) {
+    const auto& sarg = sargs[i];
+    PyObject* value = kwargs != Py_None
+        ? PyDict_GetItemString(kwargs, sarg.name().c_str()) : nullptr;
+    if (value != nullptr) {
+      c10::IValue iv;
+      if (!convert(value, sarg, &iv)) return false;
+      plan.stack[i] = iv;
+      bool identity = PyFloat_CheckExact(value) || PyComplex_CheckExact(value);
+      Py_INCREF(value);
+      PyObject* key = PyUnicode_FromString(sarg.name().c_str());
+      if (!key) return false;
+      plan.fixed.push_back({i, value, iv, sarg.real_type(), identity, -1, key});
+      ++used;
+    } else if (sarg.default_value().has_value()) {
+      plan.stack[i] = *sarg.default_value();
+    } else {
+      return false;
+    }
+  }
+  return kwargs == Py_None || used == PyDict_GET_SIZE(kwargs);
+}
+
+// compile(func, args, kwargs, rewrite, outs, container, returns_arg, local, boxes, moves,
+//         lists) -> capsule, or None: the entry stays with the Python entry (an unusual
+// schema or argument). Fields as in dispatch._FastPlan; outs: per output (spec, tspec,
+// shape, stride, dtype, layout).
 PyObject* compile(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 7) {
-    PyErr_SetString(PyExc_TypeError, "compile takes 7 arguments");
+  if (nargs != 11) {
+    PyErr_SetString(PyExc_TypeError, "compile takes 11 arguments");
     return nullptr;
   }
   PyObject* func = argv[0];
@@ -520,6 +724,17 @@ PyObject* compile(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs)
   PyObject* outs = argv[4];
   PyObject* container = argv[5];
   PyObject* returns_arg = argv[6];
+  PyObject* local = argv[7];
+  PyObject* boxes = argv[8];
+  PyObject* moves = argv[9];
+  PyObject* lists = argv[10];
+  if (!PyTuple_CheckExact(args) || !PyTuple_CheckExact(rewrite) || !PyTuple_CheckExact(outs) ||
+      !PyTuple_CheckExact(moves) || !PyTuple_CheckExact(lists) ||
+      (kwargs != Py_None && !PyDict_CheckExact(kwargs))) {
+    PyErr_SetString(PyExc_TypeError, "compile: args, rewrite, outs, moves and lists are "
+                                     "tuples, kwargs a dict or None");
+    return nullptr;
+  }
   py::handle f(func);
   auto schema_obj = f.attr("_schema");
   std::string name = py::cast<std::string>(schema_obj.attr("name"));
@@ -538,99 +753,71 @@ PyObject* compile(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs)
   Py_ssize_t n = PyTuple_GET_SIZE(args);
   if (static_cast<size_t>(n) > sargs.size()) Py_RETURN_NONE;
   plan->nargs = n;
-  plan->stack.resize(sargs.size());
-  std::vector<bool> filled(sargs.size(), false);
-  std::vector<PyObject*> rewritten(n, nullptr);
+  plan->kinds.assign(n, Kind::Fixed);
+  plan->rewritten.assign(n, nullptr);
+  std::vector<PyObject*> move_of(n, nullptr);
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rewrite); ++i) {
     PyObject* pair = PyTuple_GET_ITEM(rewrite, i);
     Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
     if (pos < 0 || pos >= n) Py_RETURN_NONE;
-    rewritten[pos] = PyTuple_GET_ITEM(pair, 1);
+    plan->rewritten[pos] = plan->keep(PyTuple_GET_ITEM(pair, 1));
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(moves); ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(moves, i);
+    Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+    if (pos < 0 || pos >= n) Py_RETURN_NONE;
+    move_of[pos] = plan->keep(PyTuple_GET_ITEM(pair, 1));
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(lists); ++i) {
+    Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(lists, i));
+    if (pos < 0 || pos >= n) Py_RETURN_NONE;
+    plan->kinds[pos] = Kind::DTensorList;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    const auto& sarg = sargs[i];
-    if (sarg.kwarg_only()) Py_RETURN_NONE;
-    PyObject* a = PyTuple_GET_ITEM(args, i);
-    PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(a));
-    if (rewritten[i] == nullptr && (kind == g_cls || kind == THPVariableClass)) {
-      plan->tensors.push_back({static_cast<size_t>(i), kind == g_cls ? Kind::DTensor
-                                                                     : Kind::Plain});
-    } else {
-      PyObject* value = rewritten[i] ? rewritten[i] : a;
-      if (rewritten[i] == nullptr && !is_scalar_type(kind) && !PyList_CheckExact(a) &&
-          !PyTuple_CheckExact(a))
-        Py_RETURN_NONE;
-      if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {  // ints only here
-        Py_ssize_t len = PySequence_Fast_GET_SIZE(value);
-        for (Py_ssize_t j = 0; j < len; ++j)
-          if (!PyLong_CheckExact(PySequence_Fast_ITEMS(value)[j])) Py_RETURN_NONE;
-      } else if (is_tensor_type(sarg.real_type()) && !plan->allow_numbers && value != Py_None) {
-        Py_RETURN_NONE;
-      }
-      c10::IValue iv;
-      try {
-        iv = torch::jit::toIValue(value, sarg.real_type());
-      } catch (const std::exception&) {
-        Py_RETURN_NONE;
-      }
-      plan->stack[i] = iv;
-      bool identity = rewritten[i] == nullptr && (PyFloat_CheckExact(a) || PyComplex_CheckExact(a));
-      Py_INCREF(a);
-      plan->fixed.push_back({static_cast<size_t>(i), a, iv, sarg.real_type(), identity, i,
-                             nullptr});
-    }
-    filled[i] = true;
+    PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(PyTuple_GET_ITEM(args, i)));
+    if (plan->rewritten[i] != nullptr) continue;  // what the entry passes instead
+    if (kind == g_cls)
+      plan->kinds[i] = Kind::DTensor;
+    else if (kind == THPVariableClass)
+      plan->kinds[i] = Kind::Plain;
+    if (plan->kinds[i] != Kind::Fixed)
+      plan->tensors.push_back({static_cast<size_t>(i), plan->kinds[i], move_of[i]});
   }
-  Py_ssize_t used = 0;
-  for (size_t i = n; i < sargs.size(); ++i) {
-    const auto& sarg = sargs[i];
-    PyObject* value = kwargs != Py_None
-        ? PyDict_GetItemString(kwargs, sarg.name().c_str()) : nullptr;
-    if (value != nullptr) {
-      c10::IValue iv;
-      try {
-        iv = torch::jit::toIValue(value, sarg.real_type());
-      } catch (const std::exception&) {
-        Py_RETURN_NONE;
-      }
-      plan->stack[i] = iv;
-      bool identity = PyFloat_CheckExact(value) || PyComplex_CheckExact(value);
-      Py_INCREF(value);
-      PyObject* key = PyUnicode_FromString(sarg.name().c_str());
-      plan->fixed.push_back({i, value, iv, sarg.real_type(), identity, -1, key});
-      ++used;
-    } else if (sarg.default_value().has_value()) {
-      plan->stack[i] = *sarg.default_value();
-    } else {
-      Py_RETURN_NONE;
-    }
-  }
-  if (kwargs != Py_None && used != PyDict_GET_SIZE(kwargs)) Py_RETURN_NONE;
-  // returns: one Tensor, one Tensor[], or several Tensors
-  plan->list_return = false;
-  for (const auto& r : returns) {
-    auto k = r.real_type()->kind();
-    if (k == c10::TypeKind::ListType && returns.size() == 1) {
-      auto elem = r.real_type()->castRaw<c10::ListType>()->getElementType();
-      if (elem->kind() != c10::TypeKind::TensorType) Py_RETURN_NONE;
-      plan->list_return = true;
-    } else if (k != c10::TypeKind::TensorType) {
-      Py_RETURN_NONE;
-    }
-  }
+  plan->returns_arg = returns_arg == Py_None ? -1 : PyLong_AsSsize_t(returns_arg);
   if (container == Py_None) {
-    if (returns.size() != 1 || plan->list_return) Py_RETURN_NONE;
     plan->container = 0;
   } else if (container == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
-    if (plan->list_return) Py_RETURN_NONE;
     plan->container = 1;
   } else if (container == reinterpret_cast<PyObject*>(&PyList_Type)) {
-    if (!plan->list_return) Py_RETURN_NONE;
     plan->container = 2;
   } else {
     Py_RETURN_NONE;
   }
-  plan->returns_arg = returns_arg == Py_None ? -1 : PyLong_AsSsize_t(returns_arg);
+  if (local != Py_None) {
+    plan->func = plan->keep(func);
+    plan->local = plan->keep(local);
+    plan->boxes = plan->keep(boxes);
+  } else if (!prepare_stack(*plan, schema, args, kwargs)) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_NONE;
+  }
+  if (local == Py_None) {  // the op's returns: one Tensor, one Tensor[], or several Tensors
+    plan->list_return = false;
+    for (const auto& r : returns) {
+      auto k = r.real_type()->kind();
+      if (k == c10::TypeKind::ListType && returns.size() == 1) {
+        auto elem = r.real_type()->castRaw<c10::ListType>()->getElementType();
+        if (elem->kind() != c10::TypeKind::TensorType) Py_RETURN_NONE;
+        plan->list_return = true;
+      } else if (k != c10::TypeKind::TensorType) {
+        Py_RETURN_NONE;
+      }
+    }
+    if ((plan->container == 0 && (returns.size() != 1 || plan->list_return)) ||
+        (plan->container == 1 && plan->list_return) ||
+        (plan->container == 2 && !plan->list_return))
+      Py_RETURN_NONE;
+  }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs); ++i) {
     PyObject* o = PyTuple_GET_ITEM(outs, i);
     Out out;
