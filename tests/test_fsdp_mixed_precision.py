@@ -18,13 +18,14 @@ from tests.dropin_world import fresh_torch_caches
 from tests.test_fully_shard import Net
 
 BF16, F32 = torch.bfloat16, torch.float32
-X = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(0))
+X = torch.randn(8, 5, 8, generator=torch.Generator().manual_seed(0))
 STEPS = 3
 
 
-def _train(lib: str, dp: int, policy: dict[str, Any]) -> dict[str, Any]:
+def _train(lib: str, dp: int, policy: dict[str, Any], micro: int = 1) -> dict[str, Any]:
     """One rank: ``Net`` fully sharded per block and root by ``lib`` under ``policy`` (the
-    blocks without its ``output_dtype``: the root's head computes in ``param_dtype``)."""
+    blocks without its ``output_dtype``: the root's head computes in ``param_dtype``), each
+    step in ``micro`` micro-batches, gradients synced on the last."""
     if lib == "torch":
         from torch.distributed.device_mesh import init_device_mesh as torch_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy as TorchPolicy
@@ -47,14 +48,18 @@ def _train(lib: str, dp: int, policy: dict[str, Any]) -> dict[str, Any]:
     rank = mesh.get_local_rank()
     losses = []
     for _ in range(STEPS):
-        out = model(X.chunk(dp)[rank])
-        seen["model_output"] = out.dtype
-        loss = out.float().pow(2).mean()
-        loss.backward()
-        grad_dtypes = {p.grad.dtype for p in model.parameters()}
+        total = 0.0
+        for i, x in enumerate(X.chunk(dp)[rank].chunk(micro)):
+            model.set_requires_gradient_sync(i == micro - 1)
+            out = model(x)
+            seen["model_output"] = out.dtype
+            loss = out.float().pow(2).mean() / micro
+            loss.backward()
+            total += float(loss.detach())
+        grad_dtypes = {p.grad.dtype for p in model.parameters() if p.grad is not None}
         opt.step()
         opt.zero_grad()
-        losses.append(float(loss.detach()))
+        losses.append(total)
     state_dtypes = {v.dtype for s in opt.state.values() for v in s.values() if v.dim() > 0}
     if lib == "torch":
         fresh_torch_caches()
@@ -71,11 +76,11 @@ def _train(lib: str, dp: int, policy: dict[str, Any]) -> dict[str, Any]:
     {"param_dtype": BF16},
     {"param_dtype": BF16, "reduce_dtype": F32, "output_dtype": F32},
 ], ids=["bf16-reduce-f32", "bf16", "bf16-output-f32"])
-def test_mixed_precision_matches_torch_fsdp2(policy):
-    dp = 2
+@pytest.mark.parametrize("dp, micro", [(2, 1), (4, 2)], ids=["dp2", "dp4-uneven-accumulate2"])
+def test_mixed_precision_matches_torch_fsdp2(policy, dp, micro):
     with torch_meshes_per_rank():
-        theirs = simpg.run(_train, dp, "torch", dp, policy)
-    ours = simpg.run(_train, dp, "ours", dp, policy)
+        theirs = simpg.run(_train, dp, "torch", dp, policy, micro)
+    ours = simpg.run(_train, dp, "ours", dp, policy, micro)
     for o, t in zip(ours, theirs):
         assert o["seen"] == t["seen"] == {
             "weight": BF16, "input": BF16, "output": BF16,
