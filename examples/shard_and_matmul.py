@@ -29,9 +29,10 @@ def step(device_type: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--simulate", type=int, metavar="N", help="run on N simpg ranks")
-    parser.add_argument("--cuda", action="store_true")
+    parser.add_argument("--cuda", action="store_true", help="cuda meshes (NCCL under torchrun)")
     args = parser.parse_args()
     if args.simulate:
         import simpg
