@@ -170,7 +170,8 @@ def _log_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     shifted = local - _all_reduce(top, spec, mesh_dims, "max", dim)
     total = _all_reduce(shifted.exp().sum(dim, keepdim=True), spec, mesh_dims, "sum", dim)
     stride, dtype = _out_meta(func, spec.shape, spec.stride, spec.dtype, (dim, half_to_float))
-    return _wrap((shifted - total.log()).to(dtype), spec, stride)
+    # shifted and total are this call's own: subtract in place, no third piece-sized buffer
+    return _wrap(shifted.sub_(total.log()).to(dtype), spec, stride)
 
 
 def _log_softmax_backward(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -189,7 +190,12 @@ def _log_softmax_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     mesh_dims = _class_mesh_dims(out, dim, func)
     g = _localize(grad, spec)
     total = _all_reduce(g.sum(dim, keepdim=True), spec, mesh_dims, "sum", dim)
-    local = g - out._local_tensor.exp() * total
+    saved = out._local_tensor
+    if g.dtype == saved.dtype:  # into exp's own buffer: no second piece-sized one
+        scaled = saved.exp().mul_(total)
+        local = torch.sub(g, scaled, out=scaled)
+    else:  # mixed dtypes promote as the plain expression does
+        local = g - saved.exp() * total
     stride, dtype = _out_meta(func, spec.shape, spec.stride, spec.dtype, (dim, input_dtype))
     return _wrap(local.to(dtype), spec, stride)
 
