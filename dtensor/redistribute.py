@@ -134,8 +134,13 @@ def program(mesh: DeviceMesh, src_placements: Sequence[Placement | int],
     except TypeError:  # an unhashable entry: compiled each time, and the error said there
         return _compile(mesh, key[0], key[1], tuple(int(n) for n in shape))
     if found is None:
+        if len(programs) >= _MAX_PROGRAMS:  # a run of ever new shapes: start over
+            programs.clear()
         found = programs[key] = _compile(mesh, key[0], key[1], tuple(int(n) for n in shape))
     return found
+
+
+_MAX_PROGRAMS = 4096  # per mesh; a program is a few closures
 
 
 def program_to(spec: DTensorSpec, placements: tuple[Placement, ...]
