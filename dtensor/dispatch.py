@@ -254,7 +254,8 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
             return _dispatch(cls, func, args, kwargs or {})
     fast = mesh.__dict__.get("_fast_plans")
     entry = fast.get(key) if fast is not None else None
-    if entry is None or debug.recording() or _check_plain.get():
+    if entry is None or debug.recording() or _check_plain.get() \
+            or (torch.is_inference_mode_enabled() and func.is_view):  # Note [inference mode]
         return _dispatch(cls, func, args, kwargs or {}, key)
     if entry.rewrite or entry.moves or entry.lists or n > 2:  # no comprehension: a frame
         largs: Any = list(args)
@@ -298,8 +299,34 @@ def _new(cls: type, local: torch.Tensor, out: tuple) -> Any:
     return r
 
 
+# Note [inference mode]
+# Under torch.inference_mode() the autograd keys are skipped, so an op that is composite
+# (CompositeImplicitAutograd: linear, matmul, softmax, layer_norm, einsum, reshape, sdpa...)
+# reaches __torch_dispatch__ whole instead of as the ops it is made of. Where we have no rule
+# for it, it is decomposed here (func.decompose runs its composite kernel, whose ops come back
+# through dispatch), so it keeps its placements and moves what it moves with grad on, not a
+# gather. And a view of a normal tensor stays a normal tensor in inference mode: torch shares
+# the base's version counter with the view after we return, which an inference tensor refuses
+# ("Cannot set version_counter for inference tensor"), so such a view's wrapper is built with
+# inference mode off, and the fast paths leave views under inference mode to this path.
+@lru_cache(maxsize=4096)
+def _composite(func: Any) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(),
+                                                          "CompositeImplicitAutograd")
+
+
+def _views_a_normal_tensor(func: Any, args: tuple) -> bool:
+    """A view op called in inference mode on a DTensor that is not an inference tensor
+    (Note [inference mode])."""
+    return func.is_view and torch.is_inference_mode_enabled() and any(
+        isinstance(a, torch.Tensor) and not a.is_inference() for a in args)
+
+
 def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
               fast_key: tuple | None = None) -> Any:
+    if _views_a_normal_tensor(func, args):  # Note [inference mode]; not recorded as fast
+        with torch.inference_mode(False):
+            return _dispatch(DTensor, func, args, kwargs)
     tensors: list[torch.Tensor] = []
     mesh = _first_dtensor(DTensor, args, kwargs)._spec.mesh
     mesh_ndim = mesh.ndim
@@ -355,6 +382,8 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
                                         "[relocating an in-place target])") from None
                 return _dispatch(DTensor, func, args, kwargs)  # the targets moved: again
         if plan is None:
+            if func not in REGISTRY and _composite(func):  # Note [inference mode]
+                return func.decompose(*args, **kwargs)
             flat, tree = pytree.tree_flatten((args, kwargs))
             return _fallback(DTensor, func, flat, tree,
                              [t for t in tensors if isinstance(t, DTensor)])

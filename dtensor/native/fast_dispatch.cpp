@@ -7,6 +7,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/Storage.h>
 #include <c10/core/TensorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -146,8 +147,10 @@ bool is_scalar_type(PyObject* t) {
   return r == 1;
 }
 
-// debug.recording() or _check_plain.get(): -1 on error
+// debug.recording(), _check_plain.get() or inference mode (a view's wrapper must then be
+// built as the Python entry does: Note [inference mode] in dtensor.dispatch): -1 on error
 int off_fast_path() {
+  if (c10::InferenceMode::is_enabled()) return 1;
   PyObject* v = nullptr;
   if (PyContextVar_Get(g_records, nullptr, &v) < 0) return -1;
   bool recording = v != nullptr && v != Py_None;
