@@ -154,8 +154,9 @@ def _plans_of(mesh: Any) -> dict[tuple, _Plan]:
 # (_make_wrapper_subclass; slots and fields read at record time, not per call), key and
 # lookup 1.0, the rest 1.3: about 11 in all where torch's C++ DTensor dispatch takes 14. So
 # the entry, op and wrapper that no Python code can avoid are 9 of the 11: half of torch's
-# time would need the whole __torch_dispatch__ in C++, calling the operator and building the
-# wrapper below Python.
+# time needs the whole __torch_dispatch__ in C++, calling the operator and building the
+# wrapper below Python: Note [native fast path] in dtensor.native does that, on this table,
+# when it is built; this function is its fallback for every call it does not take.
 _SCALARS = frozenset({int, float, bool, type(None), str, complex, torch.dtype, torch.device,
                       torch.memory_format, torch.layout})
 

@@ -11,6 +11,12 @@ call it does not take (a miss, debugging on, an entry with a local function, a m
 of DTensors, a local piece that is a subclass) goes, untouched, to the Python entry
 ``dtensor.dispatch.torch_dispatch``: one cache, one set of rules.
 
+Where the time goes (add of two 2x8 pieces, µs of rank 0's CPU, each piece timed with the
+TSC inside the entry): torch's Python-key entry and return 1.75 (a C ``__torch_dispatch__``
+that only returns its argument costs that much), key 0.09, lookup and checks 0.12, the op
+through the dispatcher 0.59, the wrapper 0.2, freeing the result and the rest about 0.6:
+3.4 in all, where the Python entry takes 6.2 and torch's DTensor 7-8.
+
 Built by ``scripts/setup.sh`` (``python -m dtensor.native.build``) into ``_build/``; never at
 import. Absent, stale (its source changed since) or switched off with ``DTENSOR_NATIVE=0``,
 dtensor uses the Python entry; ``REASON`` says why.
