@@ -10,7 +10,7 @@ from dtensor.mesh import (DeviceMesh, MeshDimError, MeshError, MeshSpec, current
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
-from dtensor.dispatch import NoShardingRuleError, fallback_policy
+from dtensor.dispatch import NoShardingRuleError, check_replicated, fallback_policy
 from dtensor.foreign import MixedDTensorError
 from dtensor import decompositions, foreach_norm, random_ops  # noqa: F401,E402  (Note [decompositions])
 from dtensor.parallel.api import distribute_module  # noqa: E402  (torch exports it here too)
@@ -37,7 +37,7 @@ __all__ = [
     "redistribute_local_tensor",
     "DTensor", "distribute_module", "distribute_tensor", "empty", "full", "ones", "rand",
     "randn", "zeros",
-    "MixedDTensorError", "NoShardingRuleError", "fallback_policy",
+    "MixedDTensorError", "NoShardingRuleError", "check_replicated", "fallback_policy",
 ]
 
 # Note [torch's error types]

@@ -10,7 +10,8 @@ from simpg import isolation as _isolation
 from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
 from simpg.capabilities import UnsupportedCollectiveError, behave_as
-from simpg.costmodel import CostModel, LinkModel
+from simpg.costmodel import (CostModel, LinkModel, OpSummary, ScheduledCollective,
+                             TraceEstimate)
 from simpg.errors import (
                           CollectiveMismatchError,
                           DeadlockError,
@@ -24,7 +25,7 @@ from simpg.faults import RaiseAt, StallAt
 from simpg.isolation import IsolationWarning
 from simpg.records import CollectiveRecord
 from simpg.runner import run
-from simpg.subtests import SubtestsFailed, run_subtests
+from simpg.subtests import SubtestFailure, SubtestsFailed, run_subtests
 from simpg.trace import Trace, trace
 
 _c10d_state.install()
@@ -36,6 +37,9 @@ __all__ = [
     "CollectiveRecord",
     "CostModel",
     "LinkModel",
+    "OpSummary",
+    "ScheduledCollective",
+    "TraceEstimate",
     "DeadlockError",
     "IsolationWarning",
     "RaiseAt",
@@ -43,6 +47,7 @@ __all__ = [
     "RankFailedError",
     "SimpgError",
     "StallAt",
+    "SubtestFailure",
     "SubtestsFailed",
     "Trace",
     "UnwaitedWorkError",

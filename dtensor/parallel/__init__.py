@@ -3,7 +3,7 @@ tensor/sequence-parallel styles applied by module path, ``distribute_module``, f
 and replicated data parallel (``fully_shard``, ``replicate``) and ``loss_parallel``."""
 
 from dtensor.parallel.api import distribute_module, parallelize_module
-from dtensor.parallel.loss import loss_parallel
+from dtensor.parallel.loss import LossParallelError, loss_parallel
 from dtensor.parallel.fsdp import FSDPModule, fully_shard, replicate, state_bytes
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.parallel.errors import FullyShardError, ParallelPlanError, ParallelStyleError
@@ -12,7 +12,8 @@ from dtensor.parallel.styles import (ColwiseParallel, ParallelStyle, PrepareModu
                                      RowwiseParallel, SequenceParallel)
 
 __all__ = [
-    "ColwiseParallel", "FSDPModule", "FullyShardError", "MixedPrecisionPolicy",
+    "ColwiseParallel", "FSDPModule", "FullyShardError", "LossParallelError",
+    "MixedPrecisionPolicy",
     "ParallelPlanError", "ParallelStyle", "ParallelStyleError", "PrepareModuleInput",
     "PrepareModuleInputOutput", "PrepareModuleOutput", "RowwiseParallel", "SequenceParallel",
     "distribute_module", "parallelize_module", "fully_shard", "loss_parallel", "replicate",
