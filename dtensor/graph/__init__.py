@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dtensor.graph.annotate import ShardSpec, shard_hint
 from dtensor.graph.capture import CapturedGraph, capture, capture_fn, capture_train_step
 from dtensor.graph.compute import COMPUTE_WEIGHT
+from dtensor.graph.eager import EagerPlan, EagerPlanError
 from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
 from dtensor.graph.expand import ExpansionError, run
 from dtensor.graph.infer import Solution, solve
@@ -39,7 +40,8 @@ def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
 
 
 __all__ = [
-    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "ExpansionError",
+    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "EagerPlan",
+    "EagerPlanError", "ExpansionError",
     "GraphShardingError", "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution",
     "capture", "capture_fn", "capture_train_step", "infer", "run", "shard_hint", "solve",
 ]

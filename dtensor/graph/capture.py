@@ -41,6 +41,7 @@ class CapturedGraph:
     outputs: tuple[str, ...]
     ties: dict[int, str] = field(default_factory=dict)
     kind: str = "forward"
+    n_params: int = 0  # the first inputs that are the module's parameters (then its buffers)
 
     def placeholders(self) -> list[fx.Node]:
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
@@ -102,7 +103,7 @@ def capture(model: torch.nn.Module, *args: torch.Tensor) -> CapturedGraph:
     gm = _trace(forward, state + list(args))
     outs = _output_count(gm)
     return CapturedGraph(gm, tuple(names) + tuple(f"input{i}" for i in range(len(args))),
-                         tuple(f"output{i}" for i in range(outs)))
+                         tuple(f"output{i}" for i in range(outs)), n_params=n_params)
 
 
 def capture_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
@@ -140,7 +141,7 @@ def capture_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tens
               + tuple(f"target{i}" for i in range(len(loss_args))))
     outputs = ("loss",) + tuple(f"{prefix}:{n}" for n in names[:n_params])
     return CapturedGraph(gm, inputs, outputs, {i + 1: n for i, n in enumerate(names[:n_params])},
-                         kind="train_step")
+                         kind="train_step", n_params=n_params)
 
 
 def capture_fn(fn: Callable[..., Any], *args: torch.Tensor,

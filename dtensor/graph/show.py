@@ -103,6 +103,14 @@ class ShardingPlan:
             add(s.value, f"output {s.name}", p.pls[p.out_id(choice, s.value)], target)
         return out
 
+    def to_parallelize_plan(self, module_inputs: int | None = None):
+        """The plan's layouts for the module's parameters, buffers and arguments, to apply
+        to the eager module: ``plan.to_parallelize_plan().apply(model, mesh)`` (Note [plans
+        in eager code] in ``dtensor.graph.eager``)."""
+        from dtensor.graph.eager import eager_plan
+
+        return eager_plan(self, module_inputs)
+
     # -- printing ------------------------------------------------------------------------------
     def __str__(self) -> str:
         p, choice = self.problem, self.solution.choice
