@@ -181,3 +181,21 @@ def test_entries_with_local_moves_run_compiled_and_agree():
         return entry.native is not None, taken >= 2, ours == theirs
 
     assert _world((2,), body) == [(True, True, True)] * 2
+
+
+@needs_native
+def test_an_error_of_the_local_op_is_raised_as_the_python_entry_raises_it():
+    # the key holds a plain index's shape, not its values: a bad index reaches the kernel
+    def body(mesh):
+        a = distribute_tensor(torch.ones(4, 3), mesh, [Shard(0)])
+        torch.index_select(a, 1, torch.tensor([0, 2]))
+        compiled = all(e.native is not None for e in mesh.__dict__["_fast_plans"].values())
+        errors = []
+        for python in (False, True):
+            with native.python_entry_only(DTensor) if python else contextlib.nullcontext():
+                with pytest.raises(Exception) as info:
+                    torch.index_select(a, 1, torch.tensor([0, 7]))
+            errors.append((type(info.value), str(info.value)))
+        return compiled, errors[0] == errors[1], "out of DATA bounds" in errors[0][1]
+
+    assert _world((2,), body) == [(True, True, True)] * 2
