@@ -5,9 +5,11 @@
 Prints one markdown table: world start+stop, 1 KB all_reduce and all_gather latency and 4 MB
 all_reduce bandwidth at 4 and 8 ranks, and how close each backend's 4 MB all_reduce comes to
 this machine's memory bound; then a world-size sweep (2..64 ranks) of the 1 KB all_reduce
-for simpg and torch's threaded group. ``--loaded`` keeps one busy process per core running
-while it measures (a machine shared with other work). Each backend is measured in its own
-fresh interpreter (this script re-run with --backend): importing simpg replaces
+for simpg and torch's threaded group; then, per op on an 8-rank world (add, 64x64 mm, S(0)->R,
+1 KB all_reduce), our DTensor on simpg against torch's DTensor under its LocalTensorMode (one
+thread, fake process group, every rank's op run in turn). ``--loaded`` keeps one busy process
+per core running while it measures (a machine shared with other work). Each backend is
+measured in its own fresh interpreter (this script re-run with --backend): importing simpg replaces
 torch.distributed's module-level world with a per-rank proxy, and torch's threaded PG swaps
 in its own thread-local world, so keeping them apart means neither figure pays for, or is
 broken by, the other's patching.
@@ -294,7 +296,117 @@ def measure_gloo(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
     return out
 
 
-MEASURE = {"simpg": measure_simpg, "torch_mt": measure_torch_mt, "gloo": measure_gloo}
+# --- 4. per op on a simulated 8-rank world: our DTensor on simpg, torch's on LocalTensorMode --
+
+OPS_WORLD = 8
+OP_NAMES = ("add", "mm 64x64", "S(0)->R", "all_reduce 1 KB")
+OPS_BACKENDS = ("dtensor_simpg", "torch_local_tensor")
+
+
+def _op_loops(mesh: Any, api: Any, reduce: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
+    """The measured ops, built from one DTensor API (ours or torch's) over ``mesh``; each
+    result is checked once against the same op on full tensors."""
+    torch.manual_seed(0)  # every rank (and LocalTensorMode's one thread) builds the same inputs
+    full_a, full_b, full_r = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64)
+    a = api.distribute_tensor(full_a, mesh, [api.Shard(0)])
+    b = api.distribute_tensor(full_b, mesh, [api.Shard(0)])
+    r = api.distribute_tensor(full_r, mesh, [api.Replicate()])
+    loops = {"add": lambda: a + b, "mm 64x64": lambda: a @ r,
+             "S(0)->R": lambda: a.redistribute(mesh, [api.Replicate()]),
+             "all_reduce 1 KB": reduce}
+    for name, want in (("add", full_a + full_b), ("mm 64x64", full_a @ full_r),
+                       ("S(0)->R", full_a)):
+        if not torch.allclose(loops[name]().full_tensor(), want, atol=1e-4):
+            raise RuntimeError(f"wrong result from {name}")
+    return loops
+
+
+def _world_us_per_op(loop_on_ranks: Callable[[str, int], list[tuple[float, float]]],
+                     reps: dict[str, int]) -> Figures:
+    """µs per op for the whole world: from the first rank starting a timed loop to the last
+    ending it, over the loop's length (ranks run one at a time on simpg, and LocalTensorMode
+    runs every rank in turn on one thread: both spans hold every rank's work)."""
+    out: Figures = {}
+    iters = reps["small"]
+    for name in OP_NAMES:
+        loop_on_ranks(name, reps["warmup"])
+        means = []
+        for _ in range(reps["rounds"]):
+            spans = loop_on_ranks(name, iters)
+            means.append((max(e for _, e in spans) - min(s for s, _ in spans)) / iters)
+        out[name] = min(means) * 1e6
+        out[name + SPREAD] = _worst_over_best(means)
+    return out
+
+
+def _dtensor_rank(reps: dict[str, int]) -> Figures | None:
+    import dtensor
+
+    rank = dist.get_rank()
+    mesh = dtensor.init_device_mesh("cpu", (OPS_WORLD,))
+    small = torch.full((SMALL,), float(rank + 1))
+    dist.all_reduce(small)
+    _check(bool((small == OPS_WORLD * (OPS_WORLD + 1) / 2).all()), "all_reduce 1 KB")
+    small.zero_()
+    loops = _op_loops(mesh, dtensor, lambda: dist.all_reduce(small))
+
+    def on_ranks(name: str, iters: int) -> list[tuple[float, float]]:
+        loop = loops[name]
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            loop()
+        t1 = time.perf_counter()
+        gathered: list[Any] = [None] * OPS_WORLD
+        dist.all_gather_object(gathered, (t0, t1))
+        return gathered
+
+    figures = _world_us_per_op(on_ranks, reps)
+    return figures if rank == 0 else None
+
+
+def measure_dtensor_simpg(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
+    sys.path.insert(0, REPO)  # this checkout's simpg and dtensor
+    import simpg
+
+    return {OPS_WORLD: simpg.run(_dtensor_rank, OPS_WORLD, reps)[0]}
+
+
+def measure_torch_local_tensor(reps: dict[str, int], quick: bool) -> dict[int, Figures]:
+    """torch's DTensor on one thread: LocalTensorMode runs each op once per rank over a fake
+    process group (torch's own way to simulate a world in one process)."""
+    import torch.distributed.tensor as torch_dtensor
+    from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=0, world_size=OPS_WORLD, store=FakeStore())
+    try:
+        mesh = torch_dtensor.init_device_mesh("cpu", (OPS_WORLD,))
+        with LocalTensorMode(OPS_WORLD):
+            small = LocalTensor({r: torch.full((SMALL,), float(r + 1)) for r in range(OPS_WORLD)})
+            dist.all_reduce(small)
+            if not all(bool((t == OPS_WORLD * (OPS_WORLD + 1) / 2).all())
+                       for t in small._local_tensors.values()):
+                raise RuntimeError("wrong result from all_reduce 1 KB under LocalTensorMode")
+            small.zero_()
+            loops = _op_loops(mesh, torch_dtensor, lambda: dist.all_reduce(small))
+
+            def on_ranks(name: str, iters: int) -> list[tuple[float, float]]:
+                loop = loops[name]
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    loop()
+                return [(t0, time.perf_counter())]
+
+            figures = _world_us_per_op(on_ranks, reps)
+    finally:
+        dist.destroy_process_group()
+    return {OPS_WORLD: figures}
+
+
+MEASURE = {"simpg": measure_simpg, "torch_mt": measure_torch_mt, "gloo": measure_gloo,
+           "dtensor_simpg": measure_dtensor_simpg,
+           "torch_local_tensor": measure_torch_local_tensor}
 
 
 # --- the machine ------------------------------------------------------------------------------
@@ -401,13 +513,30 @@ def print_sweep(results: dict[str, dict[int, Figures]]) -> None:
     print("1 KB all_reduce per call on rank 0 as the world grows (best of several rounds).")
 
 
+def print_ops(results: dict[str, dict[int, Figures]]) -> None:
+    """Per op on a simulated world: our DTensor on simpg against torch's on LocalTensorMode."""
+    ours, theirs = (results.get(b, {}).get(OPS_WORLD, {}) for b in OPS_BACKENDS)
+    print()
+    print(f"| op, {OPS_WORLD}-rank world | ours on simpg (µs/op) | torch on LocalTensorMode "
+          "(µs/op) | ours / torch |")
+    print("|---|---:|---:|---:|")
+    for name in OP_NAMES:
+        s, t = ours.get(name), theirs.get(name)
+        cells = [f"{v:.1f}" if v is not None else "–" for v in (s, t)]
+        ratio = f"{s / t:.3g}" if s is not None and t else "–"
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+    print()
+    print("Whole-world time per op, every rank's share included: from the first rank starting "
+          "a timed loop to the last finishing it (best of several rounds).")
+
+
 def main() -> None:
     machine = conditions.Conditions()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no gloo at 8")
     parser.add_argument("--loaded", action="store_true",
                         help="measure with one busy process per core running")
-    parser.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
+    parser.add_argument("--backend", choices=BACKENDS + OPS_BACKENDS, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--write-readme", action="store_true",
                         help="also rewrite this benchmark's block of README.md")
@@ -426,7 +555,7 @@ def main() -> None:
     load = start_load() if args.loaded else []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         stack.callback(stop_load, load)
-        for backend in BACKENDS:
+        for backend in BACKENDS + OPS_BACKENDS:
             out = os.path.join(tmp, f"{backend}.json")
             cmd = [sys.executable, os.path.abspath(__file__), "--backend", backend, "--out", out]
             # a failed backend (its traceback is on stderr) costs its column, not the others
@@ -439,6 +568,7 @@ def main() -> None:
         print_table(results, failed, [os.path.relpath(sys.executable), *sys.argv], memcpy,
                     args.loaded)
         print_sweep(results)
+        print_ops(results)
         print(f"\n{machine.footer(spread_text(results, reps))}")
     if args.write_readme and not failed:
         readme_figures.write_readme("bench-simpg", report.getvalue(), " ".join(

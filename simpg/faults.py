@@ -62,7 +62,8 @@ def check_faults(faults: tuple[Fault, ...] | list[Fault],
 
 def apply_fault(world: World, rank: int, op: str, site: object) -> None:
     """Count the collective that ``rank`` (the calling one) issues and fire a fault planned
-    for it."""
+    for it. A world without faults only counts: callers on the hot path check
+    ``world.faults`` first and call ``world.count_call`` themselves (Note [lean issue])."""
     k = world.count_call(rank)
     if not world.faults:
         return

@@ -116,6 +116,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._epoch = 0  # world.epoch when _seq was last reset (see simpg.subtests)
         self._destroyed = False
+        self._checked_reduce_ops: dict[tuple[int, torch.dtype], str] = {}  # Note [lean issue]
 
     # -- identity --------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -163,6 +164,13 @@ class SimProcessGroup(dist.ProcessGroup):
                 f"{op} on group {self._group.label}, which this rank destroyed with "
                 "destroy_process_group: expected a live group (create a new one with new_group)")
 
+    # Note [lean issue]
+    # Every rank of every collective passes here, so its cost is paid N times per collective
+    # (Note [rank switches] in simpg/world.py has the whole budget). What it keeps off that
+    # path: a reduce op already checked for this group and dtype is a dict hit
+    # (``_checked_reduce_ops``); shapes stay ``torch.Size`` (equal to their tuples) and the
+    # report text is a closure formatted only if a report needs it; a world without faults
+    # only counts the call. Each of these was a few hundred ns a rank.
     def _issue(self, op: str, dtype: torch.dtype | None, signature: tuple,
                summary: Callable[[], str], payload: dict) -> Work:
         world = self._world
@@ -172,7 +180,10 @@ class SimProcessGroup(dist.ProcessGroup):
         site = caller_site()
         if world.schedule_seed is not None:
             world.preempt()
-        apply_fault(world, self._rank, op, site)
+        if world.faults:
+            apply_fault(world, self._rank, op, site)
+        else:
+            world.count_call(self._rank)
         call = Call(op, self._group, self._group_rank, dtype, (op, dtype) + signature, summary,
                     payload, site)
         if self._epoch != world.epoch:
@@ -181,10 +192,19 @@ class SimProcessGroup(dist.ProcessGroup):
         return world.rendezvous.collective(call, (self._epoch, self._seq))
 
     def _reduce_op(self, opts: Any, dtype: torch.dtype) -> str:
-        name = reduce_op_name(opts.reduceOp)
+        op = opts.reduceOp
+        kind = op.op if type(op) is dist.ReduceOp else op
+        # keyed by the enum's value: hashing a pybind enum is a Python-level call
+        key = (int(kind), dtype) if type(kind) is _RED_OP_TYPE else None
+        name = self._checked_reduce_ops.get(key) if key is not None else None
+        if name is not None:
+            return name
+        name = reduce_op_name(op)
         _check_reduce_op(name, dtype)
         if name == "avg" and not self.capabilities.avg:
             raise refuse(self.capabilities, "ReduceOp.AVG", "which has no AVG")
+        if key is not None:
+            self._checked_reduce_ops[key] = name
         return name
 
     def _refuse_reduce_scatter(self, op: str) -> None:
@@ -196,8 +216,13 @@ class SimProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         dtype = _check_tensors("tensors", tensors)
         op = self._reduce_op(opts, dtype)
-        shapes = tuple([tuple(t.shape) for t in tensors])
-        summary = _summary("all_reduce", shapes=list(shapes), dtype=dtype, op=op)
+        # torch.Size compares equal to the tuple of its sizes: no conversion (Note [lean issue])
+        shapes = (tensors[0].shape,) if len(tensors) == 1 else tuple([t.shape for t in tensors])
+
+        def summary() -> str:
+            return (f"all_reduce(shapes={[tuple(s) for s in shapes]}, dtype={dtype}, "
+                    f"op={op})")
+
         return self._issue("all_reduce", dtype, (op, shapes), summary,
                            {"tensors": tensors, "reduce_op": op, "inputs": tensors})
 
@@ -230,7 +255,9 @@ class SimProcessGroup(dist.ProcessGroup):
             raise refuse(self.capabilities, "all_gather with tensors of different shapes",
                          f"which needs every output shaped like the input {_shape(inp)}, got "
                          f"{[_shape(o) for o in outs]}")
-        summary = _summary("all_gather", input_shape=_shape(inp), dtype=inp.dtype)
+        def summary() -> str:
+            return f"all_gather(input_shape={_shape(inp)}, dtype={inp.dtype})"
+
         return self._issue("all_gather", inp.dtype, (), summary,
                            {"input": inp, "outputs": outs, "inputs": inp})
 

@@ -63,8 +63,8 @@ class Slot:
     is_collective = True
 
     def __init__(self, group: GroupInfo, seq: tuple[int, int]) -> None:
-        self.group, self.seq = group, seq
-        self.calls: list[Call | None] = [None] * group.size
+        self.group, self.seq, self.size = group, seq, len(group.ranks)
+        self.calls: list[Call | None] = [None] * self.size
         self.arrived = 0
         self.done = False
         self.outputs: list[Any] = []
@@ -75,11 +75,11 @@ class Work(dist.Work):
 
     __slots__ = ("_world", "_call", "_slot", "_unwaited")  # one per call per rank: no dict
 
-    def __init__(self, world: World, call: Call, slot: Slot | PendingRecv) -> None:
+    def __init__(self, world: World, call: Call, slot: Slot | PendingRecv,
+                 unwaited: dict[int, Work]) -> None:
         super().__init__()
-        self._world, self._call, self._slot = world, call, slot
-        self._unwaited = world.rendezvous.unwaited  # type: ignore[attr-defined]
-        self._unwaited[id(self)] = self  # Note [un-waited work]
+        self._world, self._call, self._slot, self._unwaited = world, call, slot, unwaited
+        unwaited[id(self)] = self  # Note [un-waited work]
 
     @property
     def is_collective(self) -> bool:  # read by deadlock reports only
@@ -218,10 +218,10 @@ class Rendezvous:
             slot = self._slots[key] = Slot(call.group, seq)
         slot.calls[call.group_rank] = call
         slot.arrived += 1
-        if slot.arrived == call.group.size:
+        if slot.arrived == slot.size:
             del self._slots[key]
             self._complete(slot)
-        return Work(self.world, call, slot)
+        return Work(self.world, call, slot, self.unwaited)
 
     def _complete(self, slot: Slot) -> None:
         calls: list[Call] = slot.calls  # type: ignore[assignment]
@@ -265,7 +265,7 @@ class Rendezvous:
             self._inbox.setdefault(key, deque()).append(msg)
         done = PendingRecv(None, tag, tensor, call)
         done.done = True
-        return Work(self.world, call, done)
+        return Work(self.world, call, done, self.unwaited)
 
     def recv(self, call: Call, src: int | None, tag: int, buffer: torch.Tensor) -> Work:
         recv = PendingRecv(src, tag, buffer, call)
@@ -278,7 +278,7 @@ class Rendezvous:
                 break
         else:
             self._posted.setdefault(key, []).append(recv)
-        return Work(self.world, call, recv)
+        return Work(self.world, call, recv, self.unwaited)
 
     def _deliver(self, msg: _Message, recv: PendingRecv) -> None:
         buf = recv.buffer

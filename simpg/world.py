@@ -14,6 +14,29 @@ message not yet sent), when it finishes, or, in seeded mode, at each collective.
   reported at once with every rank's position. A timeout covers what it cannot see: a rank
   that runs for longer than the timeout without reaching a collective (a loop, a sleep, a
   wait outside simpg), whether or not others wait; see Note [abandoning a stuck rank].
+
+Note [rank switches]
+What one rank pays for a 1 KB all_reduce on an 8-rank world (perf_counter_ns stamps around
+each step, 2-core VM; the sum is 19-20 µs a rank on a quiet machine, 2026-12-02):
+- torch's ``dist.all_reduce`` around the group call, before and after: 4.5-5 µs (not ours);
+- the issue (``SimProcessGroup.allreduce`` to the ``Work`` it returns): 7-9 µs, of which the
+  ``Work`` (a pybind ``c10d.Work`` subclass: made and freed per call, as c10d needs one)
+  1-2.5, the call site 0.3-0.5, the reduction done by the last rank to arrive ~1 a rank;
+  Note [lean issue] in simpg/process_group.py lists what was cut there;
+- the hand-over (``wait_until`` to the rank running again): 6-8 µs, of which the OS switch
+  itself (eventfd write, read, wake-up on the same core) 1.4-1.9 µs at 2-8 threads and 7.6 µs
+  at 64 (measured with a bare ring of threads: the cost grows with the number of threads,
+  whose stacks no longer stay in cache), saving and restoring the CPU RNG 0.7-1.1, the switch
+  snapshot 0.7-0.9, the locks ~0.5; the rest is Python calls.
+Why not greenlets (one OS thread, ranks as coroutines; a switch costs well under 1 µs)? torch
+keeps state per OS thread that a rank must not share and that Python cannot save and
+restore: c10d's group registry in thread-isolation mode (every rank registers its group under
+the same name, so a functional collective on one rank would resolve another rank's group),
+DTensor's C++ sharding-propagation cache (Note [a fresh thread per rank] in simpg/runner.py),
+and the C++ thread-local state of grad mode, autocast, dispatch keys, the Python mode stacks
+and the autograd engine's current graph task: a rank that blocks in a collective inside a
+backward hook would leave the engine's thread-local graph task to the rank that runs next.
+torch exposes no capture of its whole thread-local state to Python; ranks stay OS threads.
 """
 
 from __future__ import annotations
@@ -91,6 +114,7 @@ class RankSlot:
     waiting_for: Waitable | None = None
     rng_state: torch.Tensor | None = None
     switches: dict[str, Any] = field(default_factory=dict)  # Note [per-rank process state]
+    owned: dict[str, Any] | None = None  # the last switches ``own`` returned for this rank
     thread: threading.Thread | None = None
     calls: int = 0  # collectives issued so far (fault injection counts these)
 
@@ -202,10 +226,12 @@ class World:
     # -- waiting --------------------------------------------------------------------------------
     def wait_until(self, waitable: Waitable) -> None:
         """Block the calling rank until ``waitable.ready()``, running other ranks meanwhile."""
-        me = self._ranks[self.current_rank()]
-        is_gate = isinstance(waitable, _Gate)
+        rank = getattr(self._local, "rank", None)
+        me = self._ranks[rank if rank is not None else self.current_rank()]
+        is_gate = type(waitable) is _Gate
+        lock = self._lock
         while True:
-            with self._lock:
+            with lock:
                 if self.failure is not None or self._aborted is not None:
                     self._raise_if_failed(subtest=not is_gate)
                 if waitable.ready():
@@ -220,7 +246,24 @@ class World:
                     nxt = self._pass_baton(me)
                     if self.failure is not None or self._aborted is not None:
                         self._raise_if_failed(subtest=not is_gate)
-            self._switch(me, nxt)
+            # Note [a hand-over in one pass]: _switch written out, and the check that ends the
+            # wait made under the lock taken on waking, not under a second one taken after
+            # the CPU (ready() cannot change meanwhile: only the baton holder completes slots)
+            self._give_cpu(me)
+            if nxt is not None:
+                nxt.wake.set()
+            me.wake.wait()
+            with lock:
+                me.wake_pending = False
+                if self.failure is not None:
+                    continue  # unwind without the baton: the check above raises
+                done = self._aborted is None and waitable.ready()
+                if done:
+                    me.status = Status.RUNNING
+                    me.waiting_for = None
+            self._take_cpu(me)
+            if done:
+                return
 
     def preempt(self) -> None:
         """Seeded mode: at each collective, maybe hand the baton to another ready rank."""
@@ -373,7 +416,8 @@ class World:
         _GENERATOR.set_state(me.rng_state)  # torch.set_rng_state, without its Python frame
         if len(me.switches) < len(self.switches):  # a module imported inside the world
             me.switches = {**self.switches, **me.switches}
-        me.switches = own(me.switches, self.switches)  # Note [values and objects]
+        if me.switches is not me.owned:  # snapshots are never mutated: owned stays owned
+            me.switches = me.owned = own(me.switches, self.switches)  # Note [values and objects]
         if me.switches is not _CPU.switches:  # Note [cheap switch snapshots]
             if me.switches != _CPU.switches:  # ranks mostly agree: setting them costs µs
                 restore(me.switches)

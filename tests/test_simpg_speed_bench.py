@@ -45,3 +45,24 @@ def test_report_prints_ratios_bound_and_sweep(capsys: pytest.CaptureFixture[str]
     assert "one busy process per core (--loaded)" in out
     assert "reaches 50% of it at 4 ranks, 100% of it at 8 ranks" in out
     assert "| 64 | 320.0 | 5.0 | 640.0 | 10.0 | 0.5 |" in out
+
+
+def test_ops_world_measures_every_op_on_our_dtensor() -> None:
+    figures = simpg.run(bench._dtensor_rank, bench.OPS_WORLD, REPS)
+    assert figures[1:] == [None] * (bench.OPS_WORLD - 1)
+    assert set(bench.OP_NAMES) <= set(figures[0]) and all(
+        figures[0][name] > 0 for name in bench.OP_NAMES)
+
+
+def test_ops_world_measures_every_op_on_torch_local_tensor_mode() -> None:
+    figures = bench.measure_torch_local_tensor(REPS, True)[bench.OPS_WORLD]
+    assert all(figures[name] > 0 for name in bench.OP_NAMES)
+
+
+def test_ops_report_prints_ours_over_torch(capsys: pytest.CaptureFixture[str]) -> None:
+    ours = {name: 10.0 for name in bench.OP_NAMES}
+    bench.print_ops({"dtensor_simpg": {8: ours},
+                     "torch_local_tensor": {8: {**ours, "add": 40.0}}})
+    out = capsys.readouterr().out
+    assert "| add | 10.0 | 40.0 | 0.25 |" in out
+    assert "| mm 64x64 | 10.0 | 10.0 | 1 |" in out
