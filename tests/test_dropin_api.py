@@ -124,3 +124,38 @@ def test_vmap_of_embedding_over_sharded_batches_matches_torch_and_moves_the_indi
     assert [r[:3] for r in res["ours"]] == [(True, "P", (4, 3, 5))] * 2
     # the ids (2 x 3 int64 per rank), not the 16 x 5 float weight rows
     assert res["ours"][0][3] == [("all_gather", torch.int64, 48)]
+
+
+def test_pixel_unshuffle_pieces_that_are_empty_take_the_outputs_shape():
+    # Note [empty pieces take the output's shape] in dtensor/ops/_common.py: ATen returns an
+    # empty input as it is, so a rank with an empty piece used to keep (0, 1, 6, 6), and
+    # full_tensor failed on those ranks only (on real processes the others then wait)
+    import torch.nn.functional as F
+
+    x = torch.arange(36.0).reshape(1, 1, 6, 6)
+    layouts = [("S0", "R"), ("R", "S0"), ("S0", "S0"), ("S0", "S2"), ("S2", "S0"), ("S1", "S0")]
+
+    def program(lib: Lib) -> list:
+        mesh = lib.init_device_mesh("cpu", (2, 2))
+        out = []
+        for layout in layouts:
+            placements = [lib.Shard(int(p[1])) if p[0] == "S" else lib.Replicate()
+                          for p in layout]
+            try:
+                y = F.pixel_unshuffle(lib.distribute_tensor(x, mesh, placements), 3)
+            except RuntimeError as e:  # torch shards H for one of them and the kernel refuses
+                out.append(type(e).__name__)
+                continue
+            ours = [dtensor.Shard(p.dim) if p.is_shard() else dtensor.Replicate()
+                    for p in y.placements]
+            want = dtensor.local_shape(tuple(y.shape), (2, 2), ours, mesh.get_coordinate())
+            ok = tuple(y.to_local().shape) == want
+            # full_tensor only where every rank's piece fits, else some ranks would wait
+            out.append(torch.equal(y.full_tensor(), F.pixel_unshuffle(x, 3))
+                       if lib.name == "ours" else ok)
+        return out
+
+    res = both(4, program)
+    assert res["ours"] == [[True] * len(layouts)] * 4
+    fine = [all(rank[i] is True for rank in res["torch"]) for i in range(len(layouts))]
+    assert sum(fine) == 5  # torch passes 5 of the 6

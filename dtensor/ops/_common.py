@@ -18,16 +18,26 @@ An op whose every output element is one input element moved (reflection and repl
 padding, nearest upsampling, diagonal, view_as_real) commutes with any elementwise
 reduction over ranks, so P(sum)/P(avg)/P(max)/P(min) all pass through (``partials_of`` keeps
 those the dtype can hold).
+
+Note [empty pieces take the output's shape]
+A rank whose piece is empty still holds a piece of the output's shape: full_tensor and every
+later op read its shape. A few kernels return their empty input instead (ATen's
+pixel_unshuffle: ``if numel == 0: return self.clone()``, so (0, 1, 6, 6) stays (0, 1, 6, 6)
+where the output is (0, 9, 2, 2)). Their strategies run ``meta_shaped_when_empty``, which asks
+the meta kernel for the outputs' shapes when an input is empty. Found by running every
+op-database sample with one dim emptied against its meta kernel
+(tests/test_rules_image.py::test_empty_pieces_take_the_outputs_shape).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 import torch
 
 from dtensor.ops.reductions import no_empty_piece
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, local_function
 from dtensor.placements import Partial, Replicate, Shard
 
 R = Replicate()
@@ -45,6 +55,23 @@ def partials_of(t: TensorSpec, kinds: Sequence[Partial]) -> list[Partial]:
             return []
         return [p for p in kinds if p.reduce_op != "avg"]
     return list(kinds)
+
+
+@local_function("meta_shaped_when_empty")
+def meta_shaped_when_empty(func: Any, args: tuple, kwargs: dict, boxes: Sequence) -> Any:
+    """Note [empty pieces take the output's shape]: the op, with each empty output reshaped
+    to what the meta kernel gives when some input piece is empty."""
+    out = func(*args, **kwargs)
+    if not any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args):
+        return out
+    meta = func(*(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+
+    def shaped(t: torch.Tensor, m: torch.Tensor) -> torch.Tensor:  # empty stays empty
+        return t if t.shape == m.shape or t.numel() or m.numel() else t.new_empty(m.shape)
+
+    if isinstance(out, torch.Tensor):
+        return shaped(out, meta)
+    return type(out)(shaped(t, m) for t, m in zip(out, meta))
 
 
 def dim_of(d: int, ndim: int) -> int:

@@ -22,16 +22,19 @@ from dtensor.placements import Shard
 aten = torch.ops.aten
 
 
-def _moves(op: OpSpec, dims: list[int]) -> list[Strategy]:
+def _moves(op: OpSpec, dims: list[int], local: str | None = None) -> list[Strategy]:
     x = op.tensors()[0]
-    return independent_dims(op, dims, 1) + [Strategy((p,), (p,)) for p in partials_of(x, MOVES)]
+    return independent_dims(op, dims, 1, local=local) + [
+        Strategy((p,), (p,), local) for p in partials_of(x, MOVES)]
 
 
 @sharding_rule(aten.pixel_shuffle.default, aten.pixel_unshuffle.default)
 def pixel_shuffle(op: OpSpec) -> list[Strategy]:
     """(*, C r^2, H, W) <-> (*, C, H r, W r): channel blocks become pixel blocks, so the last
-    three dims are whole; every leading dim shards."""
-    return _moves(op, list(range(op.tensors()[0].ndim - 3)))
+    three dims are whole; every leading dim shards. pixel_unshuffle returns an empty input
+    as it is (Note [empty pieces take the output's shape])."""
+    local = "meta_shaped_when_empty" if op.op is aten.pixel_unshuffle.default else None
+    return _moves(op, list(range(op.tensors()[0].ndim - 3)), local)
 
 
 @sharding_rule(aten.channel_shuffle.default)

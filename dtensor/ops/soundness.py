@@ -64,7 +64,8 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
                  for k, (i, p) in enumerate(zip(positions, cand.inputs))]
     fa, fk = pytree.tree_unflatten([a.clone() if isinstance(a, torch.Tensor) else a
                                     for a in flat], tree)
-    expected = [t for t in pytree.tree_leaves(op(*fa, **fk)) if isinstance(t, torch.Tensor)]
+    expected = _as_declared(op, fa, fk, [t for t in pytree.tree_leaves(op(*fa, **fk))
+                                         if isinstance(t, torch.Tensor)])
     if len(expected) != len(cand.outputs):
         return f"the op returns {len(expected)} tensors but the strategy places {len(cand.outputs)}"
     per_rank: dict[tuple[int, ...], list[torch.Tensor]] = {}
@@ -91,6 +92,28 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
         if reason:
             return reason
     return None
+
+
+def _as_declared(op: Any, args: Any, kwargs: Any,
+                 outs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The op's outputs with each empty one in the (empty) shape the meta kernel gives, the
+    shape the runtime declares (Note [empty pieces take the output's shape] in ops/_common)."""
+    if all(t.numel() for t in outs):
+        return outs
+    try:
+        metas = [t for t in pytree.tree_leaves(op(*pytree.tree_map(_to_meta, args),
+                                                  **pytree.tree_map(_to_meta, kwargs)))
+                 if isinstance(t, torch.Tensor)]
+    except Exception:  # noqa: BLE001 - no meta kernel, or one that fails on empty inputs
+        return outs
+    # only an empty output in another empty shape (batch_norm's eval statistics are (0,)
+    # where the meta kernel says (C,): a different matter, left as the kernel gives it)
+    return [t.new_empty(m.shape) if not t.numel() and not m.numel() and t.shape != m.shape
+            else t for t, m in zip(outs, metas)]
+
+
+def _to_meta(x: Any) -> Any:
+    return x.to("meta") if isinstance(x, torch.Tensor) else x
 
 
 def _check_output(j: int, full_out: torch.Tensor, placements: tuple[Placement, ...],
