@@ -134,6 +134,12 @@ void free_plan(PyObject* capsule) {
   delete static_cast<Plan*>(PyCapsule_GetPointer(capsule, kCapsule));
 }
 
+// The GIL released for the scope, taken back on the way out (an exception included).
+struct WithoutGil {
+  PyThreadState* state = PyEval_SaveThread();
+  ~WithoutGil() { PyEval_RestoreThread(state); }
+};
+
 PyObject* call_fallback(PyObject* const* args, Py_ssize_t nargs) {
   return PyObject_Vectorcall(g_fallback, args, nargs, nullptr);
 }
@@ -546,7 +552,7 @@ PyObject* run(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs, bool*
     }
   }
   if (numel >= (1 << 15)) {  // as func._op does; a small op costs less than the hand-over
-    pybind11::gil_scoped_release no_gil;
+    WithoutGil no_gil;
     plan.op.callBoxed(stack);
   } else {
     plan.op.callBoxed(stack);
