@@ -483,7 +483,8 @@ def print_table(results: dict[str, dict[int, Figures]], failed: list[str],
 
 def spread_text(results: dict[str, dict[int, Figures]], reps: dict[str, int]) -> str:
     """The spread of every figure's rounds, as the children measured it."""
-    labels = {key: label.split(" (")[0] for key, label, _ in ROWS} | {"sweep_us": "sweep"}
+    labels = ({key: label.split(" (")[0] for key, label, _ in ROWS} | {"sweep_us": "sweep"}
+              | {name: name for name in OP_NAMES})
     ratios = {f"{backend} {labels[key.removesuffix(SPREAD)]} at {n} ranks": figs[key]
               for backend, by_n in results.items() for n, figs in by_n.items()
               for key in figs if key.endswith(SPREAD)}

@@ -66,3 +66,10 @@ def test_ops_report_prints_ours_over_torch(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "| add | 10.0 | 40.0 | 0.25 |" in out
     assert "| mm 64x64 | 10.0 | 10.0 | 1 |" in out
+
+
+def test_spread_line_names_the_per_op_figures() -> None:
+    results = {"dtensor_simpg": {8: {"add": 1.0, "add" + bench.SPREAD: 3.0}},
+               "simpg": {4: {"all_reduce_1k_us": 1.0, "all_reduce_1k_us" + bench.SPREAD: 1.5}}}
+    text = bench.spread_text(results, {"rounds": 3, "gloo_starts": 1})
+    assert "max 3 (dtensor_simpg add at 8 ranks)" in text
