@@ -64,6 +64,8 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     refuse_torch_dtensor(tensor, "distribute_tensor")  # Note [two DTensor libraries]
     device_mesh = resolve_mesh(device_mesh, "distribute_tensor")
     placements_t = _placements(placements, tensor.dim(), device_mesh, tensor.shape)
+    if isinstance(tensor, DTensor):  # moved, to another mesh too: Note [cross-mesh moves]
+        return tensor.redistribute(device_mesh, placements_t)
     if device_mesh.get_coordinate() is None:  # not a member: an empty piece, no collective
         return make_dtensor(tensor.new_empty(0), device_mesh, placements_t, tensor.shape,
                             requires_grad=tensor.requires_grad)

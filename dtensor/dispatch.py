@@ -352,7 +352,8 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
         if isinstance(t, DTensor):
             if t._spec.mesh is not mesh and t._spec.mesh != mesh:
                 raise ValueError(f"{func}: DTensors on different meshes in one op: {mesh} and "
-                                 f"{t._spec.mesh}; redistribute them onto one mesh first")
+                                 f"{t._spec.mesh}; move one onto the other's mesh first with "
+                                 f"x.redistribute(device_mesh=mesh, placements=...)")
             if t._pinned:
                 pinned = frozenset(i for i, u in enumerate(tensors)
                                    if isinstance(u, DTensor) and u._pinned)

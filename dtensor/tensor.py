@@ -202,11 +202,12 @@ class DTensor(torch.Tensor):
         DTensor's dtype). ``async_op=True`` is accepted and finishes before returning."""
         mesh = _compile.real_mesh(device_mesh) if device_mesh is not None else self._spec.mesh
         refuse_torch_mesh(mesh, "DTensor.redistribute")
-        if mesh != self._spec.mesh:
-            raise ValueError(f"redistribute to another mesh is not supported: the DTensor lives on "
-                             f"{self._spec.mesh}, got {mesh}")
         if placements is None:
             raise ValueError("redistribute needs placements, one per mesh dim")
+        if mesh != self._spec.mesh:  # Note [cross-mesh moves]
+            from dtensor.cross_mesh import move_to_mesh
+            target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
+            return move_to_mesh(self, mesh, target)
         for name, dt in (("forward_dtype", forward_dtype), ("backward_dtype", backward_dtype)):
             if dt is not None and not isinstance(dt, torch.dtype):
                 raise TypeError(f"redistribute: {name} must be a torch.dtype (e.g. "
