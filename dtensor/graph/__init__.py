@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dtensor.graph.annotate import ShardSpec, shard_hint
 from dtensor.graph.capture import CapturedGraph, capture, capture_fn, capture_train_step
 from dtensor.graph.compute import COMPUTE_WEIGHT
+from dtensor.graph.depth import DepthPlan, infer_by_depth
 from dtensor.graph.eager import EagerPlan, EagerPlanError
 from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
 from dtensor.graph.expand import ExpansionError, run
@@ -40,8 +41,8 @@ def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
 
 
 __all__ = [
-    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "EagerPlan",
-    "EagerPlanError", "ExpansionError",
-    "GraphShardingError", "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution",
-    "capture", "capture_fn", "capture_train_step", "infer", "run", "shard_hint", "solve",
+    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "DepthPlan",
+    "EagerPlan", "EagerPlanError", "ExpansionError", "GraphShardingError", "Problem",
+    "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
+    "capture_train_step", "infer", "infer_by_depth", "run", "shard_hint", "solve",
 ]
