@@ -16,6 +16,7 @@ Build one on every rank of the default group, like torch's ``DeviceMesh``:
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import os
 import weakref
@@ -188,6 +189,11 @@ class MeshSpec:
         return "mesh(" + ", ".join(f"{k}={n}" for k, n in zip(self.dim_names, self.shape)) + ")"
 
 
+def _dim_subsets(ndim: int) -> list[tuple[int, ...]]:
+    """Every set of mesh dims, single dims first (the per-dim groups), in one order."""
+    return [dims for k in range(1, ndim + 1) for dims in itertools.combinations(range(ndim), k)]
+
+
 class _Groups:
     """Process groups shared by a mesh and its sub-meshes, keyed by global ranks in group-rank
     order (so a group is made once however many meshes use it)."""
@@ -250,16 +256,26 @@ class DeviceMesh(metaclass=OpaqueBaseMeta):  # a graph input: Note [the mesh in 
         # names (a hang on gloo, a deadlock report on simpg). sort_ranks=False keeps the group
         # rank order equal to layout.mesh_groups order even when the mesh's ranks are not
         # increasing along it.
-        for m in range(self.ndim):
-            for members in mesh_groups(self.shape, (m,)):
+        # The groups over several dims (group_for) are made here too, the same way: made
+        # lazily by their members only, they took names that differed between members once
+        # some held more groups than others (two overlapping meshes: a deadlock). Whether a
+        # rank set was made is tracked for every rank, member or not, so that all advance
+        # the counter alike; a set that is the whole world in rank order is the default group.
+        world = tuple(range(dist.get_world_size()))
+        made: set[tuple[int, ...]] = set()
+        for dims in _dim_subsets(self.ndim):
+            for members in mesh_groups(self.shape, dims):
                 ranks = tuple(self._rank_at[c] for c in members)
-                pg = self._groups.by_ranks.get(ranks)
-                if pg is None:
-                    pg = dist.new_group(list(ranks), sort_ranks=False)
+                if ranks not in made:
+                    made.add(ranks)
+                    if len(dims) > 1 and ranks == world:
+                        pg = dist.group.WORLD
+                    else:
+                        pg = dist.new_group(list(ranks), sort_ranks=False)
                     if pg is not None and pg != dist.GroupMember.NON_GROUP_MEMBER:
                         self._groups.by_ranks[ranks] = pg
-                if self._coord is not None and self._coord in members:
-                    self._dim_groups[m] = self._groups.by_ranks[ranks]
+                if len(dims) == 1 and self._coord is not None and self._coord in members:
+                    self._dim_groups[dims[0]] = self._groups.by_ranks[ranks]
 
     # -- logical view ------------------------------------------------------------------------
     @property
@@ -311,11 +327,13 @@ class DeviceMesh(metaclass=OpaqueBaseMeta):  # a graph input: Note [the mesh in 
         """The group spanning ``mesh_dims`` that holds this rank; group ranks are in
         ``layout.mesh_groups`` order (row-major over the mesh dims). Made on first use.
 
-        Note [Lazy groups]: made with use_local_synchronization=True, so only the members
-        call it; c10d names it from the ranks and the number of groups each member already
-        holds, so members must have made the same number of groups before (true when every
-        rank of the mesh runs the same redistributions, the SPMD case). When the members are
-        the whole world in rank order, the default group is used and nothing is made.
+        Note [Lazy groups]: the groups of every set of this mesh's dims are made with the
+        mesh (Note [Creating groups]). A sub-mesh whose dims run in another order than its
+        root's asks for rank orders not made there; those are made here, with
+        use_local_synchronization=True, so only the members call it; c10d names it from the
+        ranks and the number of groups each member already holds, so members must have made
+        the same number of groups before (true when every rank of the mesh runs the same
+        redistributions and no other mesh overlaps it partly).
         """
         dims = tuple(sorted({self.spec.dim_index(m) for m in mesh_dims}))
         if not dims:

@@ -129,3 +129,15 @@ def test_distribute_tensor_moves_a_dtensor_to_another_mesh():
             piece = FULL[local_slices(FULL.shape, b.shape, [S1], b.get_coordinate())]
             torch.testing.assert_close(y.to_local(), piece, rtol=0, atol=0)
     simpg.run(body, 4)
+
+
+def test_two_partly_overlapping_2d_meshes_each_gather():
+    # their groups over both dims were made lazily by members only and took names that
+    # differed between ranks 2, 3 (members of both meshes) and 4, 5: a deadlock (hang on gloo)
+    def body():
+        a, b = _mesh([0, 1, 2, 3], (2, 2)), _mesh([2, 3, 4, 5], (2, 2))
+        for mesh in (a, b):
+            x = dtensor.distribute_tensor(FULL, mesh, [S0, S1])
+            if dist.get_rank() in mesh.mesh.flatten().tolist():
+                torch.testing.assert_close(x.full_tensor(), FULL, rtol=0, atol=0)
+    simpg.run(body, 6)
