@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dtensor import DTensor, Replicate, Shard, distribute_tensor, native
 from dtensor.native import build
 from mesh_world import run_on_mesh as _world
+from opdb_tests.causes import of_exception
 
 aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +186,8 @@ def test_entries_with_local_moves_run_compiled_and_agree():
 
 @needs_native
 def test_an_error_of_the_local_op_is_raised_as_the_python_entry_raises_it():
-    # the key holds a plain index's shape, not its values: a bad index reaches the kernel
+    # the key holds a plain index's shape, not its values: a bad index reaches the kernel;
+    # its cause names the op, as opdb_tests reads it from the dispatching frame
     def body(mesh):
         a = distribute_tensor(torch.ones(4, 3), mesh, [Shard(0)])
         torch.index_select(a, 1, torch.tensor([0, 2]))
@@ -195,7 +197,9 @@ def test_an_error_of_the_local_op_is_raised_as_the_python_entry_raises_it():
             with native.python_entry_only(DTensor) if python else contextlib.nullcontext():
                 with pytest.raises(Exception) as info:
                     torch.index_select(a, 1, torch.tensor([0, 7]))
-            errors.append((type(info.value), str(info.value)))
-        return compiled, errors[0] == errors[1], "out of DATA bounds" in errors[0][1]
+            errors.append((type(info.value), str(info.value), of_exception(info.value)))
+        return compiled, errors[0] == errors[1], "out of DATA bounds" in errors[0][1], \
+            errors[0][2]
 
-    assert _world((2,), body) == [(True, True, True)] * 2
+    cause = "RuntimeError in aten.index_select.default"
+    assert _world((2,), body) == [(True, True, True, cause)] * 2

@@ -72,8 +72,14 @@ def bind(dtensor_class: type, python_entry: Any) -> Any:
 
     MODULE.bind(dtensor_class, python_entry, dispatch._SCALARS, debug._records,
                 dispatch._check_plain, debug._ENV, debug._debug_env, TensorSpec, DTensorSpec,
-                dispatch._FastPlan)
+                dispatch._FastPlan, _raise_in_dispatch)
     return MODULE.dispatch
+
+
+def _raise_in_dispatch(func: Any, error: BaseException) -> None:
+    """An error of a compiled entry's op, raised again from a frame whose local ``func`` is
+    the op, as the Python entry's frame has it (``opdb_tests.causes`` names the op from it)."""
+    raise error
 
 
 def compile_plan(func: Any, args: tuple, kwargs: dict, rewrite: tuple, outs: tuple,
