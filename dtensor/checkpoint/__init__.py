@@ -4,7 +4,9 @@
 writer]), as checksummed chunks of safetensors files, one per writing rank, plus a JSON
 metadata file, and publishes atomically (Note [commit]). ``load(state, path)`` fills a
 target state in place in the target's own layout, reading only the chunks each rank needs.
-``load_torch_dcp`` reads torch.distributed.checkpoint's format (trusted input only).
+``async_save`` returns once each rank's pieces are in host memory and writes them in the
+background (Note [async save]). ``load_torch_dcp`` reads torch.distributed.checkpoint's
+format (trusted input only).
 
 >>> import tempfile, torch, simpg, dtensor, dtensor.checkpoint as dcp
 >>> d = tempfile.mkdtemp()
@@ -19,6 +21,7 @@ target state in place in the target's own layout, reading only the chunks each r
 [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
 """
 
+from dtensor.checkpoint.background import async_save
 from dtensor.checkpoint.errors import (CheckpointError, CheckpointNotFoundError,
                                        ChecksumError, CorruptCheckpointError,
                                        IncompleteCheckpointError, MissingFileError,
@@ -34,6 +37,6 @@ __all__ = [
     "CheckpointError", "CheckpointNotFoundError", "ChecksumError", "CorruptCheckpointError",
     "IncompleteCheckpointError", "LoadReport", "MissingFileError", "MissingKeyError", "STEPS",
     "SaveFailedError", "SaveReport", "StateMismatchError", "TruncatedFileError",
-    "UnsupportedValueError", "init_optimizer_state", "load", "load_torch_dcp", "save",
+    "UnsupportedValueError", "async_save", "init_optimizer_state", "load", "load_torch_dcp", "save",
     "step_hook",
 ]

@@ -28,10 +28,11 @@ import torch.distributed as dist
 from dtensor.checkpoint import commit, metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
+from dtensor.checkpoint.pending import settle_previous
 from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, view_of
 from dtensor.checkpoint.storage import dtype_name, fsync_dir
 from dtensor.checkpoint.tree import flatten
-from dtensor.checkpoint.writer import Piece, write_pieces
+from dtensor.checkpoint.writer import Piece, file_size, write_pieces
 from dtensor.placements import Partial, Replicate, fmt_placements
 from dtensor.tensor import DTensor
 
@@ -87,7 +88,7 @@ def _failures(results: list[tuple[str, Any]]) -> list[tuple[int, str]]:
     return [(r, msg) for r, (status, msg) in enumerate(results) if status != "ok"]
 
 
-def _raise(what: str, failed: list[tuple[int, str]]) -> None:
+def raise_failure(what: str, failed: list[tuple[int, str]]) -> None:
     detail = "; ".join(f"rank {r}: {msg}" for r, msg in failed)
     raise SaveFailedError(f"save failed at {what} ({detail}); the previous checkpoint at "
                           f"this path is intact")
@@ -98,7 +99,8 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
     """Save ``state`` (nested dicts/lists of DTensors, tensors and JSON-like values) to
     ``path``, called by every rank of ``process_group`` (default: the world; none needed in
     one process). Publishes atomically (Note [commit]); returns this rank's report. Values
-    (everything but tensors) are taken from rank 0, as JSON (Note [no pickle]).
+    (everything but tensors) are taken from rank 0, as JSON (Note [no pickle]). A failed
+    ``async_save`` before it is raised here first (Note [async save]).
 
     >>> import tempfile, torch, dtensor.checkpoint as dcp
     >>> d = tempfile.mkdtemp()
@@ -109,20 +111,10 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
     {'w': tensor([0., 1., 2., 3.]), 'step': 3}
     """
     start = time.perf_counter()
-    path = os.path.abspath(os.fspath(path))
-    comm = _Comm(process_group)
-    tensors, values = flatten(state)
-    source = {k: fmt_placements(view_of(t, k)[0].placements) for k, t in tensors.items()}
-    reached("begin")
-    made = comm.broadcast(_attempt(lambda: commit.new_version_dir(path))
-                          if comm.rank == 0 else None)
-    if made[0] != "ok":
-        _raise("making the version directory", [(0, made[1])])
-    version = made[1]
-    reached("dir_made")
-    tensors = _reduce_partials(tensors)
-    reached("partials_reduced")
-    mine = _attempt(lambda: _write_rank(tensors, source, comm, version, chunk_bytes))
+    settle_previous()
+    begun = begin(state, path, process_group)
+    comm, version = begun.comm, begun.version
+    mine = _attempt(lambda: write_planned(plan_rank(begun, chunk_bytes)))
     reached("file_written")
     gathered = comm.gather(mine)
     reached("gathered")
@@ -133,14 +125,45 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
             verdict = ("writing the files", failed)
         else:
             manifests = [m for _, m in gathered]
-            manifests[0]["values"] = values
-            status, message = _attempt(lambda: _commit(path, version, manifests, comm.size))
+            manifests[0]["values"] = begun.values
+            status, message = _attempt(lambda: commit_version(begun.path, version, manifests,
+                                                              comm.size))
             verdict = None if status == "ok" else ("committing", [(0, message)])
     verdict = comm.broadcast(verdict)
     if verdict is not None:
-        _raise(*verdict)
+        raise_failure(*verdict)
     reached("done")
-    return SaveReport(path, version, mine[1]["bytes"], time.perf_counter() - start)
+    return SaveReport(begun.path, version, mine[1]["bytes"], time.perf_counter() - start)
+
+
+@dataclass
+class Begun:
+    """A save after its first collectives: the version directory made (step 1 of Note
+    [commit]), Partial tensors reduced (Note [saving Partial]); nothing written yet."""
+
+    path: str
+    version: str
+    comm: _Comm
+    tensors: dict[str, torch.Tensor]
+    source: dict[str, str]  # key -> placements as saved from, before any reduction
+    values: dict[str, Any]
+
+
+def begin(state: dict, path: str | os.PathLike, process_group: Any) -> Begun:
+    """The collective start of a save, the same for ``save`` and ``async_save``."""
+    path = os.path.abspath(os.fspath(path))
+    comm = _Comm(process_group)
+    tensors, values = flatten(state)
+    source = {k: fmt_placements(view_of(t, k)[0].placements) for k, t in tensors.items()}
+    reached("begin")
+    made = comm.broadcast(_attempt(lambda: commit.new_version_dir(path))
+                          if comm.rank == 0 else None)
+    if made[0] != "ok":
+        raise_failure("making the version directory", [(0, made[1])])
+    reached("dir_made")
+    tensors = _reduce_partials(tensors)
+    reached("partials_reduced")
+    return Begun(path, made[1], comm, tensors, source, values)
 
 
 def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -156,12 +179,22 @@ def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     return out
 
 
-def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: _Comm,
-                version: str, chunk_bytes: int) -> dict:
-    """Write this rank's pieces (Note [one writer]) as one file, each chunk straight from the
-    local tensor (Note [one pass] in writer.py); return the file's manifest."""
-    file = f"rank{comm.rank:05d}.safetensors"
-    views = {k: view_of(t, k) for k, t in tensors.items()}
+@dataclass
+class Planned:
+    """This rank's part of a save: its file's pieces (Note [one writer]) and its manifest,
+    whose crc32s ``write_planned`` fills in."""
+
+    version: str
+    file: str
+    pieces: list[Piece]
+    manifest: dict
+
+
+def plan_rank(begun: Begun, chunk_bytes: int) -> Planned:
+    """The pieces this rank writes and its manifest, crc32s still None; no I/O."""
+    rank = begun.comm.rank
+    file = f"rank{rank:05d}.safetensors"
+    views = {k: view_of(t, k) for k, t in begun.tensors.items()}
     plain = {k: i for i, k in enumerate(sorted(k for k, (v, _) in views.items()
                                                if not v.distributed))}
     pieces: list[Piece] = []
@@ -170,12 +203,12 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         if view.distributed and any(isinstance(p, Partial) for p in view.placements):
             raise CheckpointError(f"{key!r}: torch's DTensor with Partial placements "
                                   f"{view.placements}: reduce it before saving", key=key)
-        writes = (plain[key] % comm.size == comm.rank if not view.distributed
+        writes = (plain[key] % begun.comm.size == rank if not view.distributed
                   else view.coordinate is not None and view.replica_zero)
         box = view.box() if writes else None
         entries[key] = {"shape": list(view.shape), "dtype": dtype_name(view.dtype),
-                        "placements": source[key],  # as saved from, before any reduction
-                        "mesh": list(view.mesh_shape), "box": box, "pieces": []}
+                        "placements": begun.source[key], "mesh": list(view.mesh_shape),
+                        "box": box, "pieces": []}
         if box is None or any(b == a for a, b in box):
             continue  # not the writer, or an empty piece (a 0-d box is () and is written)
         assert local is not None
@@ -185,15 +218,33 @@ def _write_rank(tensors: dict[str, torch.Tensor], source: dict[str, str], comm: 
         entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
                                        "chunk": list(chunk), "crc32": None})
     if not pieces:
-        return {"file": None, "bytes": 0, "tensors": entries}
-    nbytes, crcs = write_pieces(os.path.join(version, file), pieces)
-    written = [p for e in entries.values() for p in e["pieces"]]  # in the order of ``pieces``
+        return Planned(begun.version, file, [], {"file": None, "bytes": 0, "tensors": entries})
+    return Planned(begun.version, file, pieces,
+                   {"file": file, "bytes": file_size(pieces), "tensors": entries})
+
+
+def write_planned(planned: Planned) -> dict:
+    """Write the planned file, each chunk straight from its tensor (Note [one pass] in
+    writer.py), and return the manifest with the chunks' crc32s."""
+    if planned.pieces:
+        nbytes, crcs = write_pieces(os.path.join(planned.version, planned.file),
+                                    planned.pieces)
+        if nbytes != planned.manifest["bytes"]:
+            raise CheckpointError(f"{planned.file}: wrote {nbytes} bytes, planned "
+                                  f"{planned.manifest['bytes']}", file=planned.file)
+        fill_crcs(planned.manifest, crcs)
+    return planned.manifest
+
+
+def fill_crcs(manifest: dict, crcs: list[list[int]]) -> None:
+    """Put each written piece's chunk crc32s (in the order of the planned pieces) into the
+    manifest."""
+    written = [p for e in manifest["tensors"].values() for p in e["pieces"]]
     for entry, piece_crcs in zip(written, crcs, strict=True):
         entry["crc32"] = piece_crcs
-    return {"file": file, "bytes": nbytes, "tensors": entries}
 
 
-def _commit(path: str, version: str, manifests: list[dict], world_size: int) -> str:
+def commit_version(path: str, version: str, manifests: list[dict], world_size: int) -> str:
     """Rank 0's part of Note [commit] (steps 4 and 5)."""
     body = metadata.merge(manifests, world_size)
     tmp = os.path.join(version, metadata.NAME + ".tmp")

@@ -98,6 +98,13 @@ def write_pieces(path: str, pieces: Sequence[Piece], *, stage_bytes: int = STAGE
     return size, crcs
 
 
+def file_size(pieces: Sequence[Piece]) -> int:
+    """The size of the file ``write_pieces`` writes for ``pieces``, known before writing."""
+    order = sorted(pieces, key=lambda p: -p.local.element_size())
+    header, data_bytes = _header(order)
+    return len(header) + data_bytes
+
+
 def _header(pieces: Sequence[Piece]) -> tuple[bytes, int]:
     """(8-byte length and JSON header, padded so that the data starts at a multiple of 8, as
     safetensors pads it; the data's bytes)."""
