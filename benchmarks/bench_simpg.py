@@ -113,6 +113,25 @@ def _switches_per_call(call: Callable[[], Any], iters: int) -> tuple[float, floa
             (after.ru_nivcsw - before.ru_nivcsw) / iters)
 
 
+def _cpu_per_call_s(call: Callable[[], Any], iters: int, rounds: int) -> float | None:
+    """CPU seconds of this process (every thread) per call, best of ``rounds``: the work a
+    collective costs, whatever share of the cores the machine's other work leaves it. Under
+    load, wall time also measures that share: simpg runs one thread at a time and gets one
+    thread's share, torch's threaded group keeps every rank's thread runnable. None for gloo,
+    whose ranks are other processes."""
+    if dist.get_backend() == "gloo":
+        return None
+    best = float("inf")
+    for _ in range(rounds):
+        dist.barrier()
+        t0 = time.process_time()
+        for _ in range(iters):
+            call()
+        dist.barrier()
+        best = min(best, (time.process_time() - t0) / iters)
+    return best
+
+
 def rank_figures(reps: dict[str, int]) -> Figures | None:
     """The collective figures, as rank 0's loop wall time; None on other ranks."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -125,6 +144,7 @@ def rank_figures(reps: dict[str, int]) -> Figures | None:
     small.zero_()  # zeros stay zeros: repeated in-place sums cannot overflow to inf
     ar_small = _per_call_s(lambda: dist.all_reduce(small), reps["small"], warmup, rounds)
     switches = _switches_per_call(lambda: dist.all_reduce(small), reps["small"])
+    ar_cpu = _cpu_per_call_s(lambda: dist.all_reduce(small), reps["small"], rounds)
 
     mine = torch.full((SMALL,), float(rank + 1))
     outs = [torch.empty(SMALL) for _ in range(n)]
@@ -142,6 +162,7 @@ def rank_figures(reps: dict[str, int]) -> Figures | None:
         return None
     return {
         "all_reduce_1k_us": min(ar_small) * 1e6,
+        **({"all_reduce_1k_cpu_us": ar_cpu * 1e6} if ar_cpu is not None else {}),
         "all_reduce_1k_switches": switches[0],
         "all_reduce_1k_preempted": switches[1],
         "all_gather_1k_us": min(ag_small) * 1e6,
@@ -159,9 +180,13 @@ def sweep_figures(reps: dict[str, int]) -> Figures | None:
     small = torch.zeros(SMALL)
     iters = max(10, reps["small"] // dist.get_world_size())
     per_call = _per_call_s(lambda: dist.all_reduce(small), iters, 5, reps["rounds"])
+    cpu = _cpu_per_call_s(lambda: dist.all_reduce(small), iters, reps["rounds"])
     if dist.get_rank() != 0:
         return None
-    return {"sweep_us": min(per_call) * 1e6, "sweep_us" + SPREAD: _worst_over_best(per_call)}
+    figures = {"sweep_us": min(per_call) * 1e6, "sweep_us" + SPREAD: _worst_over_best(per_call)}
+    if cpu is not None:
+        figures["sweep_cpu_us"] = cpu * 1e6
+    return figures
 
 
 def sweep_figure(reps: dict[str, int]) -> float | None:
@@ -443,6 +468,7 @@ def stop_load(procs: list[subprocess.Popen]) -> None:
 ROWS = (  # key, label, format
     ("start_stop_ms", "world start+stop (ms)", "{:.2f}"),
     ("all_reduce_1k_us", "all_reduce 1 KB (µs/call)", "{:.1f}"),
+    ("all_reduce_1k_cpu_us", "all_reduce 1 KB: CPU µs/call, all threads", "{:.1f}"),
     ("all_reduce_1k_switches", "all_reduce 1 KB: voluntary context switches/call", "{:.1f}"),
     ("all_reduce_1k_preempted", "all_reduce 1 KB: involuntary (preemptions)/call", "{:.2f}"),
     ("all_gather_1k_us", "all_gather 1 KB (µs/call)", "{:.1f}"),
@@ -503,15 +529,20 @@ def print_sweep(results: dict[str, dict[int, Figures]]) -> None:
     """Per-collective cost as the world grows: linear in ranks means a flat µs/rank column."""
     print()
     print("| ranks | simpg (µs/call) | simpg µs/rank | torch MT (µs/call) | torch MT µs/rank "
-          "| simpg / torch MT |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "| simpg / torch MT | simpg / torch MT, CPU |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in SWEEP:
         s, t = (results.get(b, {}).get(n, {}).get("sweep_us") for b in ("simpg", "torch_mt"))
+        sc, tc = (results.get(b, {}).get(n, {}).get("sweep_cpu_us")
+                  for b in ("simpg", "torch_mt"))
         cells = [f"{v:.1f} | {v / n:.1f}" if v is not None else "– | –" for v in (s, t)]
         ratio = f"{s / t:.3g}" if s is not None and t else "–"
-        print(f"| {n} | " + " | ".join(cells) + f" | {ratio} |")
+        cpu_ratio = f"{sc / tc:.3g}" if sc is not None and tc else "–"
+        print(f"| {n} | " + " | ".join(cells) + f" | {ratio} | {cpu_ratio} |")
     print()
-    print("1 KB all_reduce per call on rank 0 as the world grows (best of several rounds).")
+    print("1 KB all_reduce per call on rank 0 as the world grows (best of several rounds); the "
+          "last column compares the CPU time of every thread of the process instead of wall "
+          "time (under load, wall time also measures each backend's share of the cores).")
 
 
 def print_ops(results: dict[str, dict[int, Figures]]) -> None:

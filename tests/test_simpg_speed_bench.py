@@ -16,6 +16,7 @@ def test_rank_figures_check_results_and_count_switches() -> None:
     assert figures[1] is None
     f = figures[0]
     assert f["all_reduce_1k_us"] > 0 and f["all_gather_1k_us"] > 0
+    assert f["all_reduce_1k_cpu_us"] > 0  # every thread's CPU time, in-process backends only
     # every figure derives from the same timed loop: moved bytes = 2 ranks x (read + write)
     assert f["all_reduce_4m_moved_gbps"] == pytest.approx(4 * f["all_reduce_4m_gbps"])
     # one hand-over per rank per collective at least: two ranks switch at least once a call
@@ -25,6 +26,18 @@ def test_rank_figures_check_results_and_count_switches() -> None:
 def test_sweep_figure_on_rank_0_only() -> None:
     out = simpg.run(bench.sweep_figure, 3, REPS)
     assert out[0] > 0 and out[1:] == [None, None]
+
+
+def test_sweep_figures_count_cpu_time_of_every_thread() -> None:
+    figures = simpg.run(bench.sweep_figures, 3, REPS)[0]
+    assert figures["sweep_cpu_us"] > 0
+
+
+def test_sweep_prints_the_cpu_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    results = {"simpg": {4: {"sweep_us": 40.0, "sweep_cpu_us": 30.0}},
+               "torch_mt": {4: {"sweep_us": 80.0, "sweep_cpu_us": 120.0}}}
+    bench.print_sweep(results)
+    assert "| 4 | 40.0 | 10.0 | 80.0 | 20.0 | 0.5 | 0.25 |" in capsys.readouterr().out
 
 
 def test_report_prints_ratios_bound_and_sweep(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,7 +57,7 @@ def test_report_prints_ratios_bound_and_sweep(capsys: pytest.CaptureFixture[str]
     assert "| all_reduce 1 KB (µs/call) | 4 | 10.0 | 40.0 | failed | 0.25 | – |" in out
     assert "one busy process per core (--loaded)" in out
     assert "reaches 50% of it at 4 ranks, 100% of it at 8 ranks" in out
-    assert "| 64 | 320.0 | 5.0 | 640.0 | 10.0 | 0.5 |" in out
+    assert "| 64 | 320.0 | 5.0 | 640.0 | 10.0 | 0.5 | – |" in out
 
 
 def test_ops_world_measures_every_op_on_our_dtensor() -> None:
