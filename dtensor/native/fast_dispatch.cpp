@@ -593,12 +593,22 @@ PyObject* wrap_all(const Plan& plan, PyObject* cls, const std::vector<at::Tensor
   return seq;
 }
 
-// run(), with a C++ exception (the op's) turned into the Python error torch's bindings raise
+// f(), with a C++ exception (the op's) turned into the Python error torch's bindings raise.
+// Not HANDLE_TH_ERRORS: its warning handler would turn a kernel's TORCH_WARN into a Python
+// warning where func._op, as the Python entry calls it, leaves it to the caller's handler.
+template <typename F>
+PyObject* translated(F f) {
+  try {
+    return f();
+  } catch (...) {
+    torch::translate_exception_to_python(std::current_exception());
+    return nullptr;
+  }
+}
+
 PyObject* run_translated(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs,
                          bool* go_python) {
-  HANDLE_TH_ERRORS
-  return run(plan, cls, args, kwargs, go_python);
-  END_HANDLE_TH_ERRORS
+  return translated([&] { return run(plan, cls, args, kwargs, go_python); });
 }
 
 // The pending error raised again from a Python frame whose local `func` is the op, as the
@@ -618,9 +628,8 @@ PyObject* reraise_in_dispatch(PyObject* func) {
   return nullptr;
 }
 
-// __torch_dispatch__(cls, func, types, args, kwargs)
-PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
+// The entry's work; dispatch() is this with C++ exceptions turned into Python errors.
+PyObject* dispatch_entry(PyObject* const* argv, Py_ssize_t nargs) {
   if (nargs < 4 || nargs > 5) return call_fallback(argv, nargs);
   PyObject* cls = argv[0];
   PyObject* func = argv[1];
@@ -667,7 +676,11 @@ PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs
   if (!out) return reraise_in_dispatch(func);
   ++g_taken;
   return out;
-  END_HANDLE_TH_ERRORS
+}
+
+// __torch_dispatch__(cls, func, types, args, kwargs)
+PyObject* dispatch(PyObject* /*module*/, PyObject* const* argv, Py_ssize_t nargs) {
+  return translated([&] { return dispatch_entry(argv, nargs); });
 }
 
 // A Tensor, Tensor?, Tensor[] or Tensor?[] argument: a Python number there is refused
