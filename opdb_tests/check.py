@@ -59,7 +59,7 @@ from opdb_tests.expectations import expected
 from opdb_tests.expected_failures import SKIP
 from opdb_tests.sweep import _backward_ok, run_world
 
-TIERS = ("sound", "forward", "backward")
+TIERS = ("sound", "forward", "backward", "inference")
 OK, FAIL, XFAIL = "ok", "FAIL", "XFAIL"
 EXPECTED_FILE = "opdb_tests/expected_failures.py"
 
@@ -535,7 +535,7 @@ def _run_sample(run: _Run, e: Entry, s: Sample, mesh: tuple[int, ...], pl: tuple
                      "opdb_tests/sweep.py); checked end to end")
         else:
             run.show(strategy_cases(e, s, call, mesh, pl))
-    e2e = [t for t in ("forward", "backward") if t in tiers]
+    e2e = [t for t in ("forward", "backward", "inference") if t in tiers]
     if "backward" in e2e and not _backward_ok(e):
         e2e.remove("backward")
         run.note(f"backward: {e.key} has no autograd at a float dtype")
@@ -554,7 +554,7 @@ def check(op: str, placements: Any = None, mesh: int | str | Sequence[int] = (2,
 
     >>> r = check("cumsum", placements=["S(0),S(2)"], mesh=(2, 2))
     >>> r.exit_status, r.counts()["FAIL"], sorted({c.tier for c in r.cases})
-    (0, 0, ['backward', 'forward', 'sound'])
+    (0, 0, ['backward', 'forward', 'inference', 'sound'])
     >>> r.rules
     {'aten.cumsum.default': 'dtensor.ops...cumsum'}
     >>> first = r.cases[0]     # the strategy the dispatcher picks for these inputs

@@ -33,7 +33,9 @@ from opdb_tests.cases import (AtenCall, Entry, Sample, case_id, clone_sample, ki
                               repro_command, tolerances)
 from opdb_tests.causes import reason_of
 
-TIERS = ("sound", "forward", "backward")
+# inference: the forward under torch.inference_mode(), where composite ops reach dispatch
+# whole (Note [inference mode] in dtensor.dispatch)
+TIERS = ("sound", "forward", "backward", "inference")
 GENERATION = "samples"  # the pseudo-tier of an OpInfo whose sample generator raises
 
 
@@ -355,7 +357,7 @@ def _end_to_end(e: Entry, s: Sample, call: AtenCall | None, mesh: Any,
         return ref
     dargs, dkwargs, leaves = _dtensors(s, mesh, placements, backward, seed)
     _seed_draws()  # every rank alike: a sharded draw is one device's
-    with fallback_policy("error"):
+    with fallback_policy("error"), torch.inference_mode(tier == "inference"):
         got = e.opinfo.op(*dargs, **dkwargs)
     got_flat, got_tree = pytree.tree_flatten(got)
     if len(got_flat) != len(ref.want_flat):

@@ -39,7 +39,7 @@ PICTURE = HERE / "coverage.png"
 EXPECTED_FILE = HERE / "expected_failures.py"
 # the sources that determine the matrix: the runtime and the sweep engine
 ENGINE = ("cases.py", "causes.py", "checks.py", "sweep.py")
-TIER_NAMES = {"sound": "sound", "forward": "fwd", "backward": "bwd"}
+TIER_NAMES = {"sound": "sound", "forward": "fwd", "backward": "bwd", "inference": "inf"}
 
 
 def inputs_hash() -> str:
@@ -154,6 +154,7 @@ def counts(results: Sequence) -> dict[str, int]:
         "end to end forward": sum(passes(r, "forward") for r in tested),
         "backward (of autograd float)": sum(passes(r, "backward") for r in tested),
         "autograd float": sum(r.backward for r in tested),
+        "end to end under inference_mode": sum(passes(r, "inference") for r in tested),
     }
 
 

@@ -29,7 +29,8 @@ COLUMNS = {"op_db variants": "variants", "with cases": "with cases",
            "sample generation errors": "sample generation errors",
            "one aten op": "one aten op (rule level)", "with a rule": "with a rule",
            "sound for all placements": "sound for all placements",
-           "end to end forward": "end to end forward"}
+           "end to end forward": "end to end forward",
+           "under inference_mode": "end to end under inference_mode"}
 
 
 def block(counts: Mapping[str, int]) -> str:

@@ -86,7 +86,7 @@ def plan_entry(e: Entry, cfg: Config) -> tuple[list[Sample], list[AtenCall | Non
 
 def e2e_cases(e: Entry, ss: Sequence[Sample], calls: Sequence[AtenCall | None],
               mesh_shape: tuple[int, ...], backward: bool) -> list[tuple]:
-    tiers = ("forward", "backward") if backward else ("forward",)
+    tiers = ("forward", "backward", "inference") if backward else ("forward", "inference")
     return [(e, s, c, a, t) for s, c in zip(ss, calls)
             for a in base_assignments(s.tensors(), mesh_shape) for t in tiers]
 

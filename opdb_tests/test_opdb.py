@@ -73,7 +73,7 @@ def _explore(e: Entry, r: sweep.Result, tiers: set[str], n_samples: int, budget:
         failures: list[Failure] = []
         if "sound" in tiers and call is not None:
             failures += soundness(e, s, call, mesh)[0]
-        e2e = [t for t in ("forward", "backward") if t in tiers]
+        e2e = [t for t in ("forward", "backward", "inference") if t in tiers]
         failures += [f for f in sweep.run_world(mesh, [(e, s, call, placements, t) for t in e2e])
                      if f is not None]
         if failures:
@@ -84,7 +84,7 @@ def _explore(e: Entry, r: sweep.Result, tiers: set[str], n_samples: int, budget:
 
 def _tiers(r: sweep.Result) -> list[str]:
     tiers = ["sound"] if r.rule_level and not r.random else []
-    return tiers + ["forward"] + (["backward"] if r.backward else [])
+    return tiers + ["forward"] + (["backward"] if r.backward else []) + ["inference"]
 
 
 def run_and_judge(e: Entry, cfg: sweep.Config) -> tuple[sweep.Result, list[str]]:
