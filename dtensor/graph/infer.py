@@ -28,6 +28,12 @@ Note [graph sharding search]
      then transposed pays its reduction at the output unless the matmul and the transpose
      change together (the 1-layer Llama step of bench_graph: 58.7 of its 99.0 MB before
      this stage).
+- Note [repeated units]: the layers of a model repeat their calls on the same shapes, so
+  their units share one option list, and an input's reshard bytes depend only on its cost
+  class and scale (Note [even dims scale]). A unit without graph outputs is therefore
+  decided, and its options priced, by a pure function of that signature and its
+  neighbours' placements (``Problem.signature``); ``_cheapest`` and ``local_costs`` memoise
+  on it (``Problem.memo``), so identical layers in identical surroundings are priced once.
 - Moves are incremental: a move decides again only the units it reaches (a worklist in
   topological order: a unit whose producers and ties did not change keeps its decision),
   and is priced by the edges and outputs touching the changed units, before and after
@@ -244,6 +250,18 @@ def _cheapest(problem: Problem, choice: list[int], u: Unit) -> int:
     units, values = problem.units, problem.values
     srcs = [units[values[vid].unit].options[choice[values[vid].unit]].outs[values[vid].index]
             for vid in u.inputs]
+    sig = problem.signature(u.id)
+    if sig is not None:  # Note [repeated units]
+        key = (0, sig, tuple(srcs))
+        found = problem.memo.get(key)
+        if found is None:
+            found = problem.memo[key] = _cheapest_of(problem, choice, u, srcs)
+        return found
+    return _cheapest_of(problem, choice, u, srcs)
+
+
+def _cheapest_of(problem: Problem, choice: list[int], u: Unit, srcs: list[int]) -> int:
+    units, values = problem.units, problem.values
     sinks = [s for s in problem.sink_of.get(u.id, ()) if values[s.value].unit == u.id]
     partials = problem.partials(u.id)
     best, best_key = 0, None
@@ -324,6 +342,19 @@ def local_costs(problem: Problem, choice: list[int], u: Unit) -> list[float]:
     for cu, k in u.consumers:
         vid = units[cu].inputs[k]
         dsts.append((vid, values[vid].index, units[cu].options[choice[cu]].ins[k]))
+    sig = problem.signature(u.id)
+    if sig is None:
+        return _local_costs_of(problem, choice, u, srcs, dsts)
+    key = (1, sig, tuple(srcs), tuple((problem.value_key(v), i, d) for v, i, d in dsts))
+    found = problem.memo.get(key)  # Note [repeated units]: callers only read the list
+    if found is None:
+        found = problem.memo[key] = _local_costs_of(problem, choice, u, srcs, dsts)
+    return found
+
+
+def _local_costs_of(problem: Problem, choice: list[int], u: Unit, srcs: list[int],
+                    dsts: list[tuple[int, int, int]]) -> list[float]:
+    units, values = problem.units, problem.values
     sinks = problem.sink_of.get(u.id, ())
     bytes_ids, inputs = problem.bytes_ids, u.inputs
     out = []

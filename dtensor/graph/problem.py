@@ -126,8 +126,12 @@ class Problem:
         annotations = _resolve(graph, dict(annotations or {}))
         for node in graph.gm.graph.nodes:
             self._add(node, annotations)
+        interned: dict[int, list[Option]] = {}  # identical calls share one option list
         for u in self.units:
-            u.options = [self._interned(o) for o in u.options]
+            key = id(u.options)
+            if key not in interned:
+                interned[key] = [self._interned(o) for o in u.options]
+            u.options = interned[key]
             for k, v in enumerate(u.inputs):
                 self.units[self.values[v].unit].consumers.append((u.id, k))
         self._add_sinks(annotations)
@@ -138,6 +142,26 @@ class Problem:
                 self.sink_of.setdefault(s.tie, []).append(s)
         self._partials: dict[int, list[int]] = {}
         self._neighbours: dict[tuple[int, bool], list[int]] = {}
+        self._signatures: dict[int, tuple | None] = {}
+        #: decisions and cost lists by (unit signature, neighbours' placements): Note
+        #: [repeated units] in dtensor.graph.infer
+        self.memo: dict[tuple, Any] = {}
+
+    def signature(self, uid: int) -> tuple | None:
+        """What a unit's local costs depend on besides its neighbours' placements: its option
+        list and each input's cost class and scale (Note [repeated units] in
+        ``dtensor.graph.infer``); None for a unit with graph outputs (priced per unit)."""
+        sig = self._signatures.get(uid, 0)
+        if sig == 0:
+            u = self.units[uid]
+            sig = None if uid in self.sink_of else (
+                id(u.options), tuple((self._cls[v], self._scale[v]) for v in u.inputs))
+            self._signatures[uid] = sig
+        return sig
+
+    def value_key(self, vid: int) -> tuple[int, int]:
+        """What a value's reshard bytes depend on: its cost class and its scale."""
+        return self._cls[vid], self._scale[vid]
 
     def partials(self, uid: int) -> list[int]:
         """Per option of unit ``uid``, how many Partial placements its outputs hold."""
