@@ -628,6 +628,17 @@ PyObject* reraise_in_dispatch(PyObject* func) {
   return nullptr;
 }
 
+// dict[key] with the hash computed above (CPython 3.13 keeps the known-hash lookup private:
+// there the key's TensorSpecs are hashed by their Python __hash__ again)
+PyObject* lookup(PyObject* dict, PyObject* key, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+  return _PyDict_GetItem_KnownHash(dict, key, hash);
+#else
+  (void)hash;
+  return PyDict_GetItemWithError(dict, key);
+#endif
+}
+
 // The entry's work; dispatch() is this with C++ exceptions turned into Python errors.
 PyObject* dispatch_entry(PyObject* const* argv, Py_ssize_t nargs) {
   if (nargs < 4 || nargs > 5) return call_fallback(argv, nargs);
@@ -650,8 +661,7 @@ PyObject* dispatch_entry(PyObject* const* argv, Py_ssize_t nargs) {
     return nullptr;
   }
   PyObject* fast = PyDict_GetItemWithError(dict, s_fast_plans);
-  PyObject* entry = fast && PyDict_CheckExact(fast)
-      ? _PyDict_GetItem_KnownHash(fast, key, hash) : nullptr;
+  PyObject* entry = fast && PyDict_CheckExact(fast) ? lookup(fast, key, hash) : nullptr;
   Py_DECREF(key);
   if (!entry || Py_TYPE(entry) != g_entry_type) {
     Py_DECREF(dict);
