@@ -41,6 +41,7 @@ html_static_path: list[str] = []
 # every public name of these packages must appear in the API reference (checked at the end
 # of reading: a name added to ``__all__`` without a page entry fails the -W build)
 DOCUMENTED_PACKAGES = ("dtensor", "dtensor.parallel", "dtensor.checkpoint", "dtensor.graph",
+                       "dtensor.experimental",
                        "simpg")
 
 

@@ -1,0 +1,90 @@
+"""Context parallelism (Note [context parallel] in dtensor.parallel.context): the Llama model
+on a sequence split over 2 and 4 ranks, causal attention made whole across them, gives one
+device's logits, loss and gradients; errors for what cannot be split."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import dtensor
+import simpg
+from dtensor.experimental import ContextParallelError, context_parallel
+from dtensor.parallel.context import shard_sequence
+from examples.models import llama
+
+SEQ = 16
+
+
+def _model() -> llama.Llama:
+    torch.manual_seed(0)
+    return llama.Llama(llama.config("tiny", n_layers=2, vocab_size=64, max_seq_len=SEQ))
+
+
+def _one_device(model, tokens, targets):
+    model = copy.deepcopy(model)
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1))
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_llama_on_a_split_sequence_equals_one_device(cp):
+    model = _model()
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 64, (2, SEQ), generator=g)
+    targets = torch.randint(0, 64, (2, SEQ), generator=g)
+    want_logits, want_loss, want_grads = _one_device(model, tokens, targets)
+
+    def body():
+        mesh = dtensor.init_device_mesh("cpu", (cp,), mesh_dim_names=("cp",))
+        mine = copy.deepcopy(model)
+        x, y = tokens.clone(), targets.clone()
+        with context_parallel(mesh, buffers=[x, y, mine.freqs_cos, mine.freqs_sin],
+                              buffer_seq_dims=[1, 1, 0, 0]):
+            assert x.shape == (2, SEQ // cp)  # this rank's part, in place
+            logits = mine(x)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(0, 1))
+            loss.backward()
+        assert x.shape == (2, SEQ) and mine.freqs_cos.shape[0] == SEQ  # restored
+        rank = dist.get_rank()
+        torch.testing.assert_close(logits.detach(),
+                                   shard_sequence(want_logits, 1, cp, rank), rtol=1e-5, atol=1e-5)
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        torch.testing.assert_close(total / cp, want_loss, rtol=1e-5, atol=1e-6)
+        for n, p in mine.named_parameters():
+            grad = p.grad.clone()
+            dist.all_reduce(grad)  # the mean over the context ranks, as data parallel does
+            torch.testing.assert_close(grad / cp, want_grads[n], rtol=1e-4, atol=1e-6,
+                                       msg=f"gradient of {n}")
+
+    simpg.run(body, cp)
+
+
+def test_each_rank_holds_an_early_and_a_late_chunk():
+    t = torch.arange(8)
+    assert [shard_sequence(t, 0, 2, r).tolist() for r in range(2)] == [[0, 1, 6, 7], [2, 3, 4, 5]]
+
+
+def test_what_cannot_be_split_is_refused():
+    def body():
+        mesh = dtensor.init_device_mesh("cpu", (2,))
+        with pytest.raises(ContextParallelError, match=r"a sequence of 6 over 2 ranks; expected "
+                           r"a multiple of 4"):
+            with context_parallel(mesh, buffers=[torch.zeros(1, 6)], buffer_seq_dims=[1]):
+                pass
+        with pytest.raises(ContextParallelError, match="2 buffers and 1 buffer_seq_dims"):
+            with context_parallel(mesh, buffers=[torch.zeros(8), torch.zeros(8)],
+                                  buffer_seq_dims=[0]):
+                pass
+        q = torch.zeros(1, 1, 4, 2)
+        with context_parallel(mesh, buffers=[torch.zeros(8)], buffer_seq_dims=[0]):
+            with pytest.raises(ContextParallelError, match="attn_mask and dropout_p"):
+                F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    simpg.run(body, 2)
