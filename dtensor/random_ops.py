@@ -19,16 +19,27 @@ whole output is drawn into a fresh tensor of the global shape and each rank keep
 The draw costs the global numel on every rank: the CPU generator (mt19937) cannot skip ahead.
 A counter-based generator (CUDA's Philox, by offset) could draw only the piece; that is where
 to optimise.
+
+Note [fills in chunks]
+The CPU generator fills a tensor element by element in order (``normal_`` in blocks of 16, its
+last 16 drawn again when the size is not a multiple of 16), so filling it chunk by chunk, each
+chunk a multiple of 16 elements and none shorter than 16, draws what one whole fill would. A
+large sharded target (a parameter initialised after ``to_empty``: Note [meta-device init] in
+dtensor/parallel/fsdp.py) is filled that way, whole rows at a time, each rank keeping the part
+of the rows in its box: the draw still costs the global numel, its memory one chunk, not one
+whole parameter. The tests compare every fill against the whole draw.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from dtensor.api import _from_full
 from dtensor.dispatch import register_decomposition
+from dtensor.layout import local_box
 from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
@@ -76,13 +87,50 @@ def _fill(func: Any, args: tuple, kwargs: dict) -> Any:
     if not _sharded(s) or s.mesh.get_coordinate() is None:
         return NotImplemented  # the rule: Replicate
     rest = [_whole(a) for a in args[1:]]
+    kw = {k: _whole(v) for k, v in kwargs.items()}
+    if _fill_by_rows(func, x, rest, kw):
+        return x
     full = torch.empty(s.shape, dtype=s.dtype, device=x._local_tensor.device)
-    func(full, *rest, **{k: _whole(v) for k, v in kwargs.items()})
+    func(full, *rest, **kw)
     replicated = (Replicate(),) * len(s.placements)
     # local steps only: a Shard keeps its slice, a Partial holds the draw as one addend
     x._local_tensor.copy_(redistribute_local_tensor(full, s.mesh, replicated, s.placements,
                                                     s.shape))
     return x
+
+
+CHUNK_ELEMENTS = 1 << 20  # Note [fills in chunks]: 4 MiB of float32 at a time
+
+
+def _fill_by_rows(func: Any, x: DTensor, rest: list, kwargs: dict,
+                  chunk_elements: int = CHUNK_ELEMENTS) -> bool:
+    """Note [fills in chunks]: fill ``x``'s piece chunk by chunk; False where it does not
+    apply (not on cpu, a Partial target, a tensor argument, small enough to draw whole)."""
+    s = x._spec
+    shape, local = tuple(s.shape), x._local_tensor
+    if (local.device.type != "cpu" or s.has_partial or not shape
+            or math.prod(shape) <= chunk_elements
+            or any(isinstance(a, torch.Tensor) for a in (*rest, *kwargs.values()))):
+        return False
+    row = math.prod(shape[1:])
+    unit = math.lcm(row, 16) // row  # rows per unit: whole rows, a multiple of 16 elements
+    rows = max(unit, chunk_elements // row // unit * unit)
+    coord = s.mesh.get_coordinate()
+    assert coord is not None  # _fill returned before for a rank outside the mesh
+    box = local_box(shape, s.mesh.shape, s.placements, coord)
+    (lo, hi), inner = box[0], tuple(slice(a, b) for a, b in box[1:])
+    start = 0
+    while start < shape[0]:
+        end = min(start + rows, shape[0])
+        if (shape[0] - end) * row < 16:  # a tail shorter than 16: drawn with this chunk
+            end = shape[0]
+        chunk = torch.empty((end - start, *shape[1:]), dtype=s.dtype)
+        func(chunk, *rest, **kwargs)  # every chunk drawn: the generator advances as one fill
+        a, b = max(start, lo), min(end, hi)
+        if a < b:
+            local[a - lo:b - lo] = chunk[(slice(a - start, b - start), *inner)]
+        start = end
+    return True
 
 
 def _layout_of(args: tuple, shape: torch.Size) -> DTensorSpec | None:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 
 import simpg
-from dtensor import DTensor, init_device_mesh
+from dtensor import DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
 from dtensor.parallel import (ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module,
                               state_bytes)
 from examples.models import llama
@@ -114,3 +114,69 @@ def test_an_8b_llama_on_meta_takes_an_eighth_per_rank_and_no_collective():
     for whole, mine, collectives in simpg.run(body, 8):
         assert whole > 30 * 2**30 - 2**30 and collectives == 0
         assert mine == pytest.approx(whole / 8, rel=1e-3)  # the norms are whole over tp
+
+
+# Note [fills in chunks] in dtensor/random_ops.py: (op, arguments after the target)
+CHUNKED_FILLS = {
+    "uniform_": (torch.ops.aten.uniform_.default, [-1.0, 2.0]),
+    "normal_": (torch.ops.aten.normal_.default, [1.0, 3.0]),
+    "bernoulli_(float)": (torch.ops.aten.bernoulli_.float, [0.3]),
+    "exponential_": (torch.ops.aten.exponential_.default, [1.0]),
+    "geometric_": (torch.ops.aten.geometric_.default, [0.5]),
+    "log_normal_": (torch.ops.aten.log_normal_.default, [1.0, 2.0]),
+    "cauchy_": (torch.ops.aten.cauchy_.default, [0.0, 1.0]),
+    "random_(from, to)": (getattr(torch.ops.aten.random_, "from"), [0, 10]),
+    "random_(to)": (torch.ops.aten.random_.to, [7]),
+    "random_": (torch.ops.aten.random_.default, []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHUNKED_FILLS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
+                         ids=["f32", "f64", "bf16"])
+def test_a_fill_in_chunks_draws_what_one_whole_fill_draws(name, dtype):
+    """Sizes that are not multiples of 16 (normal_'s block), chunks of 64 elements, 1-3
+    dims, uneven pieces on a 2x2 mesh: every piece and the generator's next draw equal one
+    device's whole fill."""
+    from dtensor.layout import local_box
+    from dtensor.random_ops import _fill_by_rows
+
+    op, rest = CHUNKED_FILLS[name]
+    cases = [((1001,), [Shard(0), Replicate()]), ((968,), [Shard(0), Shard(0)]),  # tail 8
+             ((37, 29), [Shard(0), Shard(1)]),
+             ((37, 29), [Replicate(), Shard(1)]), ((5, 7, 3), [Shard(2), Shard(0)])]
+
+    def body() -> None:
+        mesh = init_device_mesh("cpu", (2, 2))
+        for shape, placements in cases:
+            torch.manual_seed(0)
+            full = op(torch.empty(shape, dtype=dtype), *rest)
+            after = torch.rand(3)
+            x = distribute_tensor(torch.empty(shape, dtype=dtype), mesh, placements)
+            torch.manual_seed(0)
+            assert _fill_by_rows(op, x, list(rest), {}, chunk_elements=64)
+            box = local_box(shape, mesh.shape, placements, mesh.get_coordinate())
+            mine = full[tuple(slice(a, b) for a, b in box)]
+            assert torch.equal(x.to_local(), mine), (name, shape, placements)
+            assert torch.equal(torch.rand(3), after), (name, shape, "generator advanced")
+
+    simpg.run(body, 4)
+
+
+def test_a_large_sharded_parameter_is_initialised_in_chunks_like_one_device():
+    """Through the op: uniform_ and normal_ of a target above CHUNK_ELEMENTS."""
+    from dtensor.random_ops import CHUNK_ELEMENTS
+
+    shape = (CHUNK_ELEMENTS // 1000 + 3, 1000)
+
+    def body() -> None:
+        mesh = init_device_mesh("cpu", (2,))
+        for fill in (lambda t: t.uniform_(-1, 1), lambda t: t.normal_(0, 0.02)):
+            torch.manual_seed(0)
+            full = fill(torch.empty(shape))
+            x = distribute_tensor(torch.empty(shape), mesh, [Shard(1)])
+            torch.manual_seed(0)
+            fill(x)
+            assert torch.equal(x.full_tensor(), full)
+
+    simpg.run(body, 2)

@@ -31,8 +31,8 @@ on meta holds values, so nothing is communicated: ``distribute_tensor`` skips it
 and ``fully_shard`` makes each rank's piece as an empty meta tensor of the shape the layout
 gives, so ``to_empty`` allocates only that piece. The hooks read the parameters from their
 modules at each forward, where ``to_empty`` put the new ones. Random fills of sharded
-DTensors equal one device's for the same seed (Note [sharded random ops]); they draw each
-parameter whole, one at a time, while the mt19937 CPU generator cannot skip ahead.
+DTensors equal one device's for the same seed (Note [sharded random ops]), drawn a chunk of
+rows at a time (Note [fills in chunks]): no rank holds a whole parameter.
 
 The hooks (gather before forward, free after, gather again before backward, reduce-scatter
 in the backward, checkpointed recomputation, accumulation) are in ``fsdp_hooks``.
