@@ -54,7 +54,7 @@ def _load() -> ModuleType | None:
         REASON = f"failed to load {path}: {e}"
         return None
     if module.SOURCE_HASH != _build.source_hash():
-        REASON = f"stale ({path} was built from another fast_dispatch.cpp; run scripts/setup.sh)"
+        REASON = f"stale ({path} was built from other sources; run scripts/setup.sh)"
         return None
     return module
 

@@ -20,8 +20,16 @@ NAME = "dtensor_native"
 STAMP = BUILD_DIR / "source.sha256"
 
 
+def sources() -> list[Path]:
+    """The translation unit and the parts it includes."""
+    return [SOURCE] + sorted(HERE.glob("*.h"))
+
+
 def source_hash() -> str:
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:32]
+    digest = hashlib.sha256()
+    for path in sources():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:32]
 
 
 def built_library() -> Path:
