@@ -323,11 +323,53 @@ def _views_a_normal_tensor(func: Any, args: tuple) -> bool:
         isinstance(a, torch.Tensor) and not a.is_inference() for a in args)
 
 
+# Note [foreach over meshes]
+# A foreach op takes lists whose tensors may live on different meshes (clip_grad_norm_ over a
+# model whose parameters sit on a pipeline stage's mesh and a shared one, or on a 1-D and a
+# 2-D mesh). Element i of every list goes with element i of the others, so the call splits
+# into one per mesh, by the mesh of the first list's DTensors, and the results are put back
+# in order. Any other op on DTensors of two meshes raises: moving one is the caller's choice.
+def _mesh_groups_of_lists(DTensor: type, args: tuple) -> list[list[int]] | None:
+    """Positions of the first tensor list's elements grouped by mesh, if it spans several."""
+    first = next((a for a in args if type(a) in (list, tuple)
+                  and any(isinstance(v, DTensor) for v in a)), None)
+    if first is None:
+        return None
+    home = next(v._spec.mesh for v in first if isinstance(v, DTensor))
+    groups: dict[Any, list[int]] = {}
+    for i, v in enumerate(first):  # a plain tensor goes with the first mesh (Replicate)
+        groups.setdefault(v._spec.mesh if isinstance(v, DTensor) else home, []).append(i)
+    return list(groups.values()) if len(groups) > 1 else None
+
+
+def _foreach_by_mesh(func: Any, args: tuple, kwargs: dict, groups: list[list[int]]) -> Any:
+    n = len(next(a for a in args if type(a) in (list, tuple)))
+
+    def pick(value: Any, idx: list[int]) -> Any:
+        if type(value) in (list, tuple) and len(value) == n:
+            return [value[i] for i in idx]
+        return value
+
+    results: list[Any] = [None] * n
+    returned = False
+    for idx in groups:
+        out = func(*(pick(a, idx) for a in args), **{k: pick(v, idx) for k, v in kwargs.items()})
+        if out is not None:
+            returned = True
+            for i, o in zip(idx, out):
+                results[i] = o
+    return results if returned else None
+
+
 def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
               fast_key: tuple | None = None) -> Any:
     if _views_a_normal_tensor(func, args):  # Note [inference mode]; not recorded as fast
         with torch.inference_mode(False):
             return _dispatch(DTensor, func, args, kwargs)
+    if func._opname.startswith("_foreach_"):
+        groups = _mesh_groups_of_lists(DTensor, args)
+        if groups is not None:
+            return _foreach_by_mesh(func, args, kwargs, groups)
     tensors: list[torch.Tensor] = []
     mesh = _first_dtensor(DTensor, args, kwargs)._spec.mesh
     mesh_ndim = mesh.ndim
