@@ -31,6 +31,16 @@ writes each element once; the target layout holds each element once). Bytes read
 growth of this process's ``rchar`` (/proc/self/io) over the load, all ranks together, for
 both libraries alike (ours also counts its own: the "ours, self-counted" line). Every load is
 checked bit for bit against the saved global tensors.
+
+Asynchronous saves (the second table): one process, no process group (DCP's ``async_save``
+asks for a CPU backend that simpg is not, so both run as a single rank: DCP with
+``no_dist=True``), the same state as plain tensors. A training step stand-in (a matmul with
+every weight, then every tensor of the state updated in place) is timed ``--steps`` times
+with no save, then again while a save is in flight: ``async_save`` is called, the steps run
+until its future is done, then the next round. Figures: how long the call blocks (the
+staging copy), the median step time with and without a save in flight, the seconds until
+the save is done, and whether the checkpoint holds the values at the call, not those of the
+steps after it (loaded and compared bit for bit).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, help="layers (default 4; 1 quick)")
     p.add_argument("--repeat", type=int, help="rounds (default 3; 1 quick)")
     p.add_argument("--chunk-kib", type=int, help="our chunk size (default: the library's)")
+    p.add_argument("--steps", type=int, help="steps timed with no save in flight, per "
+                   "round of the asynchronous table (default 5; 2 quick)")
+    p.add_argument("--async-only", action="store_true",
+                   help="only the asynchronous-save table")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run")
     p.add_argument("--write-readme", action="store_true",
                    help="also rewrite the README's bench-checkpoint block with the table")
@@ -99,6 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dim = args.dim or (64 if args.quick else 1024)
     args.layers = args.layers or (1 if args.quick else 4)
     args.repeat = args.repeat or (1 if args.quick else 3)
+    args.steps = args.steps or (2 if args.quick else 5)
     return args
 
 
@@ -352,14 +368,140 @@ def print_report(args: argparse.Namespace, sides: dict[str, Side], nbytes: int,
           f"{sides['ours'].self_counted:,}")
 
 
+@dataclass
+class AsyncSide:
+    """One library's asynchronous-save figures, one entry per round."""
+
+    lib: str
+    call_s: list[float] = field(default_factory=list)  # async_save until it returned
+    done_s: list[float] = field(default_factory=list)  # async_save until the future was done
+    idle_step_s: list[float] = field(default_factory=list)  # steps with no save in flight
+    busy_step_s: list[float] = field(default_factory=list)  # steps while a save is in flight
+    correct: bool = True
+
+
+def train_step(state: dict[str, torch.Tensor], probe: dict[int, torch.Tensor]) -> None:
+    """A step's stand-in: a matmul with each weight (whose time the save's thread competes
+    with), then every tensor updated in place (what must not reach the bytes being saved)."""
+    with torch.no_grad():
+        for t in state.values():
+            if t.dim() == 2:
+                torch.mm(t, probe[t.shape[1]])
+            t.mul_(0.999).add_(0.001)
+
+
+def _async_save(lib: str, state: dict, path: str) -> Any:
+    if lib == "ours":
+        import dtensor.checkpoint as ours
+
+        return ours.async_save(state, path)
+    import torch.distributed.checkpoint as dcp
+
+    return dcp.async_save(state, checkpoint_id=path, no_dist=True)
+
+
+def _load_plain(lib: str, state: dict, path: str) -> None:
+    if lib == "ours":
+        import dtensor.checkpoint as ours
+
+        ours.load(state, path)
+        return
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, checkpoint_id=path, no_dist=True)
+
+
+def async_round(side: AsyncSide, args: argparse.Namespace, state: dict, tmp: str,
+                i: int) -> None:
+    """``args.steps`` steps with no save, then one asynchronous save with steps running until
+    it is done; the checkpoint is then loaded and compared with the state at the call."""
+    probe = {n: torch.randn(n, 64) for n in {t.shape[1] for t in state.values() if t.dim() == 2}}
+    train_step(state, probe)  # warm up
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        train_step(state, probe)
+        side.idle_step_s.append(time.perf_counter() - t0)
+    at_call = {k: t.clone() for k, t in state.items()}
+    path = os.path.join(tmp, f"async-{side.lib}-{i}")
+    t0 = time.perf_counter()
+    future = _async_save(side.lib, state, path)
+    side.call_s.append(time.perf_counter() - t0)
+    while True:  # at least one step, however quick the save
+        t1 = time.perf_counter()
+        train_step(state, probe)
+        side.busy_step_s.append(time.perf_counter() - t1)
+        if future.done():
+            break
+    future.result()
+    side.done_s.append(time.perf_counter() - t0)
+    loaded = {k: torch.zeros_like(t) for k, t in at_call.items()}
+    _load_plain(side.lib, loaded, path)
+    side.correct = side.correct and all(torch.equal(loaded[k], at_call[k]) for k in at_call)
+
+
+def compare_async(args: argparse.Namespace) -> dict[str, AsyncSide]:
+    """Both libraries' asynchronous saves, in turns (who goes first alternates by round)."""
+    state = {k: t.clone() for k, (t, _) in global_state(args).items()}
+    state["step"] = torch.tensor(10.0)
+    sides = {lib: AsyncSide(lib) for lib in LIBS}
+    # DCP warns, on its save thread too, that with no process group it saves as one process
+    with warnings.catch_warnings(), \
+            tempfile.TemporaryDirectory(prefix="bench_checkpoint_async_") as tmp:
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled",
+                                category=UserWarning)
+        for i in range(args.repeat):
+            for lib in (LIBS if i % 2 == 0 else LIBS[::-1]):
+                async_round(sides[lib], args, state, tmp, i)
+    return sides
+
+
+def async_rows(sides: dict[str, AsyncSide]) -> list[tuple[str, Any, Any, str]]:
+    """(figure, ours, torch, ours / torch) rows of the asynchronous-save table."""
+    def figs(s: AsyncSide) -> dict[str, Any]:
+        idle, busy = statistics.median(s.idle_step_s), statistics.median(s.busy_step_s)
+        return {
+            "async_save call blocks the step (s, median)": statistics.median(s.call_s),
+            "step time, no save in flight (ms, median)": idle * 1e3,
+            "step time, save in flight (ms, median)": busy * 1e3,
+            "step time, in flight / none": busy / idle,
+            "steps run while the save was in flight": len(s.busy_step_s),
+            "call until the save is done (s, median)": statistics.median(s.done_s),
+            "checkpoint holds the values at the call": "yes" if s.correct else "NO",
+        }
+    got = {lib: figs(s) for lib, s in sides.items()}
+    out = []
+    for name in got["ours"]:
+        o, t = got["ours"][name], got["torch"][name]
+        out.append((name, o, t, f"{o / t:.2f}" if not isinstance(o, str) and t else "-"))
+    return out
+
+
+def print_async_report(args: argparse.Namespace, sides: dict[str, AsyncSide]) -> None:
+    print(f"\nasynchronous save, one process (no process group; DCP with no_dist=True), the "
+          f"same state as plain tensors; {args.steps} steps with no save then steps until "
+          f"the save is done, {args.repeat} rounds with both libraries in turn; load "
+          f"{os.getloadavg()[0]:.2f}")
+    print("\n| figure | ours | torch DCP | ours / torch |")
+    print("|---|---:|---:|---:|")
+    for name, o, t, ratio in async_rows(sides):
+        print(f"| {name} | {_fmt(o)} | {_fmt(t)} | {ratio} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    sides, nbytes = compare(args)
     command = " ".join([".venv/bin/python", "benchmarks/bench_checkpoint.py", *argv])
+    if args.async_only:
+        async_sides = compare_async(args)
+        print(f"command: {command}")
+        print_async_report(args, async_sides)
+        return 0 if all(s.correct for s in async_sides.values()) else 1
+    sides, nbytes = compare(args)
+    async_sides = compare_async(args)
     with readme_figures.tee() as report:
         print_report(args, sides, nbytes, command)
-    ok = all(s.correct for s in sides.values())
+        print_async_report(args, async_sides)
+    ok = all(s.correct for s in [*sides.values(), *async_sides.values()])
     if args.write_readme and ok:
         readme_figures.write_readme("bench-checkpoint",
                                     readme_figures.through_first_table(report.getvalue()),

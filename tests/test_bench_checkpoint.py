@@ -30,3 +30,17 @@ def test_both_libraries_round_trip_and_every_row_is_reported(bench, capsys):
     out = capsys.readouterr().out
     assert "| bytes read / bytes the target holds |" in out
     assert "| loaded bit-identical | yes | yes | - |" in out
+
+
+def test_async_table_round_trips_both_libraries_and_prints_every_row(bench, capsys):
+    args = bench.parse_args(["--quick"])
+    sides = bench.compare_async(args)
+    for lib in bench.LIBS:
+        side = sides[lib]
+        assert side.correct, lib
+        assert len(side.call_s) == len(side.done_s) == 1 and len(side.idle_step_s) == 2
+        assert side.busy_step_s and side.call_s[0] <= side.done_s[0], lib
+    bench.print_async_report(args, sides)
+    out = capsys.readouterr().out
+    assert "| step time, in flight / none |" in out
+    assert "| checkpoint holds the values at the call | yes | yes | - |" in out
