@@ -24,25 +24,33 @@ from dtensor.graph.eager import EagerPlan, EagerPlanError
 from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
 from dtensor.graph.expand import ExpansionError, run
 from dtensor.graph.infer import Solution, solve
+from dtensor.graph.memory import Memory, solve_within
 from dtensor.graph.problem import Problem
 from dtensor.graph.show import Reshard, ShardingPlan
 
 
 def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
           annotations: dict[str, ShardSpec] | None = None, *,
-          method: str = "auto", compute_weight: float = COMPUTE_WEIGHT) -> ShardingPlan:
+          method: str = "auto", compute_weight: float = COMPUTE_WEIGHT,
+          memory_budget: int | None = None, optimizer_states: int = 2) -> ShardingPlan:
     """Placements for every value of ``graph`` on a mesh of ``mesh_shape``, given
     ``annotations`` (value name -> ShardSpec) and the ``shard_hint`` calls in the graph.
     ``method``: "auto", "exact", "heuristic" or "greedy" (Note [graph sharding search]).
     The plan minimises bytes moved plus ``compute_weight`` (bytes per FLOP) times the FLOPs
-    every rank does (Note [compute in the objective]); 0 minimises bytes only."""
+    every rank does (Note [compute in the objective]); 0 minimises bytes only.
+    ``memory_budget``: bytes each rank may hold (parameters with their gradients and
+    ``optimizer_states`` states each, 2 for AdamW; inputs; activations), a constraint
+    (Note [memory in the objective])."""
     problem = Problem(graph, mesh_shape, annotations, compute_weight=compute_weight)
-    return ShardingPlan(problem, solve(problem, method=method))
+    problem.optimizer_states = optimizer_states
+    if memory_budget is None:
+        return ShardingPlan(problem, solve(problem, method=method))
+    return ShardingPlan(problem, solve_within(problem, memory_budget, optimizer_states, method))
 
 
 __all__ = [
     "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "DepthPlan",
-    "EagerPlan", "EagerPlanError", "ExpansionError", "GraphShardingError", "Problem",
+    "EagerPlan", "EagerPlanError", "ExpansionError", "GraphShardingError", "Memory", "Problem",
     "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
     "capture_train_step", "infer", "infer_by_depth", "run", "shard_hint", "solve",
 ]

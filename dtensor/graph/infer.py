@@ -61,6 +61,7 @@ class Solution:
     method: str
     seconds: float = 0.0
     stage: dict[int, str] = field(default_factory=dict)  # unit -> the stage that last set it
+    memory_weight: float = 0.0  # the price of a byte held (Note [memory in the objective])
 
 
 def solve(problem: Problem, *, method: str = "auto", node_budget: int = 20_000,

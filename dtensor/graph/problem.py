@@ -143,9 +143,51 @@ class Problem:
         self._partials: dict[int, list[int]] = {}
         self._neighbours: dict[tuple[int, bool], list[int]] = {}
         self._signatures: dict[int, tuple | None] = {}
+        self._base_options = [u.options for u in self.units]  # without a memory price
+        self.memory_weight = 0.0
+        self._memory: list[list[tuple[int, int, int]]] | None = None
+        self.optimizer_states = 0
         #: decisions and cost lists by (unit signature, neighbours' placements): Note
         #: [repeated units] in dtensor.graph.infer
         self.memo: dict[tuple, Any] = {}
+
+    # -- memory (Note [memory in the objective] in dtensor.graph.memory) ------------------------
+    def unit_memory(self) -> list[list[tuple[int, int, int]]]:
+        if self._memory is None:
+            from dtensor.graph.memory import unit_memory
+
+            self._memory = unit_memory(self, self.optimizer_states)
+        return self._memory
+
+    def memory(self, choice: Sequence[int]):
+        """Bytes the most loaded rank holds under ``choice`` (a ``Memory``)."""
+        from dtensor.graph.memory import Memory
+
+        per = self.unit_memory()
+        parts = [sum(per[u.id][choice[u.id]][i] for u in self.units) for i in range(3)]
+        return Memory(*parts)
+
+    def set_memory_weight(self, weight: float, optimizer_states: int | None = None) -> None:
+        """Price every byte a rank holds at ``weight`` bytes moved (each rank): options of
+        units that hold more cost more. Decisions memoised before are dropped."""
+        if optimizer_states is not None and optimizer_states != self.optimizer_states:
+            self.optimizer_states, self._memory = optimizer_states, None
+        self.memory_weight = float(weight)
+        n = math.prod(self.mesh_shape)
+        per = self.unit_memory() if weight else None
+        shared: dict[tuple, list[Option]] = {}
+        for u, base in zip(self.units, self._base_options):
+            if per is None:
+                u.options = base
+                continue
+            held = tuple(sum(m) for m in per[u.id])
+            key = (id(base), held)
+            if key not in shared:
+                shared[key] = [Option(o.inputs, o.outputs, o.penalty + weight * n * h, o.ins,
+                                      o.outs, o.flops) for o, h in zip(base, held)]
+            u.options = shared[key]
+        self._signatures.clear()
+        self.memo.clear()
 
     def signature(self, uid: int) -> tuple | None:
         """What a unit's local costs depend on besides its neighbours' placements: its option

@@ -55,6 +55,13 @@ class ShardingPlan:
         self.flops_per_rank = problem.flops(solution.choice)
         self.whole_flops = sum(problem.whole_flops.values())
 
+    @property
+    def memory(self):
+        """Bytes the most loaded rank holds in a step: parameter state (with the
+        problem's ``optimizer_states``), other inputs, activations (a ``Memory``; Note
+        [memory in the objective] in ``dtensor.graph.memory``)."""
+        return self.problem.memory(self.solution.choice)
+
     # -- queries -------------------------------------------------------------------------------
     def option(self, node: fx.Node):
         """The chosen option of ``node``'s unit (None for getitem and output nodes)."""
