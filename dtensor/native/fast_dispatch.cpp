@@ -10,6 +10,8 @@
 
 namespace dtensor_native {
 
+// run(): an op's C++ exception becomes a Python error here, so that it is raised again from
+// reraise_in_dispatch's frame
 PyObject* run_translated(Plan& plan, PyObject* cls, PyObject* args, PyObject* kwargs,
                          bool* go_python) {
   return translated([&] { return run(plan, cls, args, kwargs, go_python); });

@@ -19,7 +19,6 @@
 #include <optional>
 #include <vector>
 
-
 namespace dtensor_native {
 
 // set once by bind()
