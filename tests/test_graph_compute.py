@@ -98,3 +98,17 @@ def test_compute_makes_inference_shard_what_bytes_alone_replicate():
 def test_a_negative_weight_is_refused():
     with pytest.raises(ValueError, match="compute_weight"):
         Problem(_chain(), (2,), compute_weight=-1.0)
+
+
+def test_the_calibrated_weight_is_the_link_over_the_measured_matmul_rate():
+    from dtensor.graph.compute import calibrated_compute_weight, measure_matmul_flops
+
+    rate = measure_matmul_flops(128, repeats=2)
+    assert 1e6 < rate < 1e16  # FLOP/s of a real product, not seconds or FLOPs
+    assert calibrated_compute_weight(25e9, flops_per_s=2.5e12) == pytest.approx(0.01)
+    measured = calibrated_compute_weight(25e9, n=128, repeats=2)
+    assert 25e9 / 1e16 < measured < 25e9 / 1e6
+    with pytest.raises(ValueError, match="bandwidth in bytes per second"):
+        calibrated_compute_weight(0.0, flops_per_s=1e12)
+    with pytest.raises(ValueError, match="expected both >= 1"):
+        measure_matmul_flops(0)

@@ -28,6 +28,9 @@ the time its link moves a byte (e.g. 25 GB/s per link against 1.6 TFLOP/s: a CPU
 a small accelerator on PCIe). On an H100 with NVLink (450 GB/s, ~400 TFLOP/s dense bf16) the
 balance is ~1/900: communication is relatively cheaper to avoid, compute relatively cheaper
 to repeat, and the short-sequence benchmark steps would rightly stay closer to replicated.
+``calibrated_compute_weight(link_bytes_per_s)`` replaces the guess by a measurement: the
+stated link bandwidth over the matmul rate ``measure_matmul_flops`` times on this machine
+(``infer(..., compute_weight=calibrated_compute_weight(25e9))``).
 """
 
 from __future__ import annotations
@@ -104,3 +107,46 @@ def op_flops(target: Any, args: Any, kwargs: dict, in_shapes: list[Shape],
         except (TypeError, ValueError, IndexError, RuntimeError):  # wants more than shapes
             pass
     return max((math.prod(s) for s in in_shapes + out_shapes), default=0)
+
+
+def measure_matmul_flops(n: int = 1024, *, dtype: torch.dtype = torch.float32,
+                         device: str = "cpu", repeats: int = 5) -> float:
+    """A rank's measured matmul rate in FLOP/s: the best of ``repeats`` timed ``n x n`` by
+    ``n x n`` products (``2 n^3`` FLOPs each) of ``dtype`` on ``device``, after one warm-up.
+
+    >>> measure_matmul_flops(64, repeats=1) > 0
+    True
+    """
+    import time
+
+    if n < 1 or repeats < 1:
+        raise ValueError(f"measure_matmul_flops(n={n}, repeats={repeats}): expected both >= 1")
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    torch.mm(a, b)
+    sync()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / max(best, 1e-9)
+
+
+def calibrated_compute_weight(link_bytes_per_s: float, flops_per_s: float | None = None,
+                              **measure: Any) -> float:
+    """``compute_weight`` for a machine (Note [compute in the objective]): a link's bandwidth
+    (bytes/s, one direction, as stated by the interconnect: it cannot be measured from one
+    process) over a rank's matmul rate, measured by ``measure_matmul_flops(**measure)`` unless
+    ``flops_per_s`` is given.
+
+    >>> calibrated_compute_weight(25e9, flops_per_s=1.6e12)  # the default's machine
+    0.015625
+    """
+    if not link_bytes_per_s > 0:
+        raise ValueError(f"calibrated_compute_weight(link_bytes_per_s={link_bytes_per_s!r}): "
+                         "expected the link's bandwidth in bytes per second, > 0")
+    rate = measure_matmul_flops(**measure) if flops_per_s is None else flops_per_s
+    return link_bytes_per_s / rate
