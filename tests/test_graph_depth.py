@@ -33,6 +33,7 @@ def test_depth_plan_equals_planning_the_full_depth():
         assert pl == full.placements(name), name
     assert (depth.total_bytes, depth.flops_per_rank, depth.whole_flops) == (
         full.total_bytes, full.flops_per_rank, full.whole_flops)
+    assert depth.memory == full.memory
     eager = depth.to_parallelize_plan()
     assert eager.parameters == depth.parameters and eager.predicted_bytes == depth.total_bytes
 
@@ -43,3 +44,13 @@ def test_depth_plan_needs_a_first_a_middle_and_a_last_layer():
         infer_by_depth(_build, 4, llama.loss_fn, [tokens], [tokens], (2,), probe_layers=1)
     with pytest.raises(GraphShardingError, match="n_layers > probe_layers"):
         infer_by_depth(_build, 3, llama.loss_fn, [tokens], [tokens], (2,), probe_layers=3)
+
+
+def test_a_memory_budget_at_full_depth_is_met():
+    tokens = torch.randint(0, 64, (8, 8), generator=torch.Generator().manual_seed(0))
+    free = infer_by_depth(_build, 5, llama.loss_fn, [tokens], [tokens], (2, 4), ANNOTATIONS)
+    budget = int(free.memory.total * 0.8)
+    tight = infer_by_depth(_build, 5, llama.loss_fn, [tokens], [tokens], (2, 4), ANNOTATIONS,
+                           memory_budget=budget)
+    assert tight.memory.total <= budget < free.memory.total
+    assert tight.memory_weight > 0 and free.memory_weight == 0

@@ -57,7 +57,6 @@ def test_a_budget_below_the_free_plan_gives_a_plan_within_it(step):
     plan = infer(graph, MESH, annotations, memory_budget=budget)
     assert plan.memory.total <= budget < free.memory.total
     assert plan.solution.memory_weight > 0
-    assert plan.total_bytes >= free.total_bytes  # the free plan was the cheapest found
 
 
 def test_an_impossible_budget_says_the_least_memory_found(step):

@@ -48,6 +48,7 @@ from dtensor.graph.compute import COMPUTE_WEIGHT
 from dtensor.graph.eager import EagerPlan, eager_plan
 from dtensor.graph.errors import GraphShardingError
 from dtensor.graph.infer import solve
+from dtensor.graph.memory import WEIGHTS, Memory
 from dtensor.graph.problem import Pl, Problem
 from dtensor.graph.show import ShardingPlan
 
@@ -67,6 +68,8 @@ class DepthPlan:
     total_bytes: int
     flops_per_rank: int
     whole_flops: int
+    memory: Memory  # per rank at full depth, extrapolated like the bytes
+    memory_weight: float  # the price of a byte held the search ended with
     consistent: bool
     seconds: dict[str, float]
 
@@ -81,21 +84,32 @@ def infer_by_depth(build: Callable[[int], torch.nn.Module], n_layers: int,
                    loss_args: Sequence[torch.Tensor], mesh_shape: Sequence[int],
                    annotations: dict[str, ShardSpec] | None = None, *, probe_layers: int = 2,
                    compute_weight: float = COMPUTE_WEIGHT, method: str = "heuristic",
+                   memory_budget: int | None = None, optimizer_states: int = 2,
                    layer_pattern: str = LAYER_PATTERN) -> DepthPlan:
     """Plan the training step of ``build(n_layers)`` from ``build(probe_layers)`` and
     ``build(probe_layers + 1)`` (Note [planning by depth]). ``build(n)`` returns the model
     with ``n`` layers (meta tensors are fine: only shapes are read); ``layer_pattern``
-    matches a layer's parameter names as (prefix, layer number, rest)."""
+    matches a layer's parameter names as (prefix, layer number, rest). ``memory_budget``:
+    bytes per rank at full depth (extrapolated like the bytes; Note [memory in the
+    objective])."""
     k = probe_layers
     if k < 2 or n_layers < k + 1:
         raise GraphShardingError(f"infer_by_depth(n_layers={n_layers}, probe_layers={k}): "
                                  "expected probe_layers >= 2 (a first and a last layer) and "
                                  "n_layers > probe_layers")
+    if memory_budget is not None and not memory_budget > 0:
+        raise ValueError(f"memory_budget={memory_budget!r}: expected bytes per rank > 0")
     seconds: dict[str, float] = {}
-    deep = _probe(build, k + 1, loss_fn, args, loss_args, mesh_shape, annotations,
-                  compute_weight, method, seconds)
+    graphs = {}
+    for depth in (k + 1, k):
+        start = time.perf_counter()
+        graphs[depth] = capture_train_step(build(depth), loss_fn, args, loss_args)
+        seconds[f"capture {depth}"] = time.perf_counter() - start
+    start = time.perf_counter()
+    problem = Problem(graphs[k + 1], mesh_shape, annotations, compute_weight=compute_weight)
     pattern = re.compile(layer_pattern)
-    layouts = eager_plan(deep)
+    names, full = build_names(build, k), build_names(build, n_layers)
+    extra = n_layers - k - 1
 
     def probe_name(name: str, depth: int) -> str:
         """The deep probe's name for layer ``i`` of a model of ``depth`` layers."""
@@ -106,40 +120,43 @@ def infer_by_depth(build: Callable[[int], torch.nn.Module], n_layers: int,
         j = 0 if i == 0 else k if i == depth - 1 else 1
         return f"{m.group(1)}{j}{m.group(3)}"
 
-    # the shallow probe keeps the deep one's parameter layouts, so that the difference of
-    # the two is one middle layer planned alike, not two searches' different local optima
-    names = build_names(build, k)
-    fixed = {n: ShardSpec(layouts.parameters[probe_name(n, k)]) for n in names[0]}
-    small = _probe(build, k, loss_fn, args, loss_args, mesh_shape,
-                   {**fixed, **(annotations or {})}, compute_weight, method, seconds)
-    full = build_names(build, n_layers)
-    params = {n: layouts.parameters[probe_name(n, n_layers)] for n in full[0]}
-    buffers = {n: layouts.buffers[probe_name(n, n_layers)] for n in full[1]}
-    # the shallow probe's own choices agree where they overlap
+    least: Memory | None = None
+    for weight in (0.0,) if memory_budget is None else WEIGHTS:
+        problem.set_memory_weight(weight, optimizer_states)
+        deep = ShardingPlan(problem, solve(problem, method=method))
+        layouts = eager_plan(deep)
+        # the shallow probe keeps the deep one's parameter layouts, so that the difference
+        # of the two is one middle layer planned alike, not two searches' local optima
+        fixed = {n: ShardSpec(layouts.parameters[probe_name(n, k)]) for n in names[0]}
+        shallow_problem = Problem(graphs[k], mesh_shape, {**fixed, **(annotations or {})},
+                                  compute_weight=compute_weight)
+        shallow_problem.set_memory_weight(weight, optimizer_states)
+        small = ShardingPlan(shallow_problem, solve(shallow_problem, method=method))
+        held = Memory(*(b + extra * (b - a) for a, b in zip(
+            _parts(small.memory), _parts(deep.memory))))
+        least = held if least is None or held.total < least.total else least
+        if memory_budget is None or held.total <= memory_budget:
+            break
+    else:
+        raise GraphShardingError(
+            f"no plan found within memory_budget={memory_budget:,} bytes per rank at "
+            f"{n_layers} layers: the least found holds {least.total:,} ({least})")
+    seconds["infer"] = time.perf_counter() - start
     shallow = eager_plan(small)
+    # the shallow probe's own choices agree where they overlap
     consistent = shallow.buffers == {n: layouts.buffers[probe_name(n, k)] for n in names[1]} \
         and shallow.inputs == layouts.inputs
-    extra = n_layers - k - 1
     return DepthPlan(
-        n_layers, (small, deep), params, buffers, layouts.inputs,
+        n_layers, (small, deep), {n: layouts.parameters[probe_name(n, n_layers)] for n in full[0]},
+        {n: layouts.buffers[probe_name(n, n_layers)] for n in full[1]}, layouts.inputs,
         deep.total_bytes + extra * (deep.total_bytes - small.total_bytes),
         deep.flops_per_rank + extra * (deep.flops_per_rank - small.flops_per_rank),
         deep.whole_flops + extra * (deep.whole_flops - small.whole_flops),
-        consistent, seconds)
+        held, weight, consistent, seconds)
 
 
-def _probe(build: Callable[[int], torch.nn.Module], depth: int, loss_fn: Callable,
-           args: Sequence[torch.Tensor], loss_args: Sequence[torch.Tensor],
-           mesh_shape: Sequence[int], annotations: dict[str, ShardSpec] | None,
-           compute_weight: float, method: str, seconds: dict[str, float]) -> ShardingPlan:
-    start = time.perf_counter()
-    graph = capture_train_step(build(depth), loss_fn, args, loss_args)
-    seconds[f"capture {depth}"] = time.perf_counter() - start
-    start = time.perf_counter()
-    problem = Problem(graph, mesh_shape, annotations, compute_weight=compute_weight)
-    plan = ShardingPlan(problem, solve(problem, method=method))
-    seconds[f"infer {depth}"] = time.perf_counter() - start
-    return plan
+def _parts(m: Memory) -> tuple[int, int, int]:
+    return m.parameters, m.inputs, m.activations
 
 
 def build_names(build: Callable[[int], torch.nn.Module], n_layers: int
