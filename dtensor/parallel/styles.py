@@ -23,7 +23,6 @@ the two.
 
 from __future__ import annotations
 
-import functools
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -31,7 +30,6 @@ import torch
 from torch import nn
 
 from dtensor import comm
-from dtensor._autograd import Redistribute
 from dtensor.api import distribute_tensor
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import (AlreadyParallelizedError, ParallelStyleError,
@@ -123,7 +121,7 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
     if layout is None or not isinstance(x, torch.Tensor):
         return x
     if isinstance(x, DTensor):
-        if x._spec.mesh is not mesh and x._spec.mesh != mesh:
+        if x.device_mesh is not mesh and x.device_mesh != mesh:
             raise ParallelStyleError(f"{what}: got a DTensor on {x.device_mesh!r}, expected one "
                                      f"on {mesh!r} (or a plain tensor in {layout})")
         dt = x
@@ -135,18 +133,25 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
     except PlacementError:  # again, for a message that names the shape
         normalize_placements([target], dt.dim(), 1, shape=dt.shape)
         raise
-    if dt._spec.placements != placements:
-        # the mesh is checked and the placements normalized: DTensor.redistribute's own
-        # checks would repeat both, at every forward
-        dt = Redistribute.apply(dt, placements, False)
+    if dt.placements != placements:
+        # the tensor method, not Redistribute.apply: dynamo inlines hooks, and puts the
+        # method in a graph as it is (Note [from_local in a graph] in dtensor/compile.py)
+        dt = dt.redistribute(mesh, placements)
     return dt
 
 
-@functools.lru_cache(maxsize=256)
 def _one_placement(target: Placement, ndim: int) -> tuple[Placement, ...]:
     """``target`` as a 1-d mesh's placements for an ``ndim``-d tensor (a hook's per-call
-    normalization, looked up)."""
-    return normalize_placements([target], ndim, 1)
+    normalization, looked up). A dict, not functools.lru_cache: hooks run under Dynamo too,
+    which warns about lru_cache wrappers it traces through."""
+    key = (target, ndim)
+    found = _ONE_PLACEMENT.get(key)
+    if found is None:
+        found = _ONE_PLACEMENT[key] = normalize_placements([target], ndim, 1)
+    return found
+
+
+_ONE_PLACEMENT: dict[tuple[Placement, int], tuple[Placement, ...]] = {}
 
 
 # Note [uneven local inputs]
