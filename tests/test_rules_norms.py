@@ -209,3 +209,41 @@ def test_batch_norm_eval_shards_the_batch():
     fn = lambda a, w, b: F.batch_norm(a, rm, rv, w, b, training=False)  # noqa: E731
     _check_same(fn, (2,), [[Shard(0)], [Replicate()], [Replicate()]], x, w, b,
                 expect=(Shard(0),))
+
+
+_STAT_OPS = {  # (x, w, b, running_mean, running_var) -> the op, training
+    "native_batch_norm": lambda *t: aten.native_batch_norm(*t, True, 0.1, 1e-5),
+    "_native_batch_norm_legit": lambda *t: aten._native_batch_norm_legit(*t, True, 0.1, 1e-5),
+    "_batch_norm_with_update": lambda *t: aten._batch_norm_with_update(*t, 0.1, 1e-5),
+}
+_STAT_LAYOUTS = [("S0", "S0"), ("S0", "R"), ("R", "S0")]
+
+
+@pytest.mark.parametrize("mesh_shape,channels", [((2,), 3), ((4,), 2), ((2, 2), 6)], ids=str)
+@pytest.mark.parametrize("stats", _STAT_LAYOUTS, ids="-".join)
+@pytest.mark.parametrize("name", list(_STAT_OPS))
+def test_running_statistics_keep_every_placement_they_are_updated_in(name, stats, mesh_shape,
+                                                                     channels):
+    # Note [running statistics in pieces]: pinned, they cannot move, so a strategy must keep
+    # them (as torch's op-database pattern needs when a reference still holds the pieces);
+    # uneven and empty channel pieces included; on a 2-d mesh on the last mesh dim (the only
+    # one where the rule offers it while the channels shard evenly)
+    x, w, b = _r(5, channels, 3), _r(channels), _r(channels)
+    rm0, rv0 = _r(channels), torch.rand(channels, generator=_gen) + 0.5
+    ndim = len(mesh_shape)
+
+    def body(mesh):
+        def place(kind):
+            return [Replicate()] * (ndim - 1) + [Shard(0) if kind == "S0" else Replicate()]
+
+        rm = distribute_tensor(rm0.clone(), mesh, place(stats[0])).pin()
+        rv = distribute_tensor(rv0.clone(), mesh, place(stats[1])).pin()
+        out = _STAT_OPS[name](distribute_tensor(x, mesh, [Shard(1)] * ndim), w, b, rm, rv)
+        return [o.full_tensor() for o in out[:3]], rm.full_tensor(), rv.full_tensor()
+
+    got, rm, rv = _world(mesh_shape, body)[0]
+    ref_rm, ref_rv = rm0.clone(), rv0.clone()
+    want = _STAT_OPS[name](x, w, b, ref_rm, ref_rv)
+    for g, r in zip(got, want[:3]):
+        assert torch.allclose(g, r, atol=1e-5)
+    assert torch.allclose(rm, ref_rm, atol=1e-6) and torch.allclose(rv, ref_rv, atol=1e-6)

@@ -19,10 +19,14 @@ adds zero.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from dtensor.ops.reductions import no_empty_piece
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import Box, OpSpec, Strategy, TensorSpec, local_function, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -144,6 +148,58 @@ def _channel_ins(tensors: list[TensorSpec], c: int, n_big: int) -> tuple[Placeme
                  for i, t in enumerate(tensors))
 
 
+# Note [running statistics in pieces]
+# A training batch norm writes its running statistics in place, r' = (1 - m) r + m s with s
+# the batch statistic of each channel, so their placements cannot change: each placement of
+# theirs needs a strategy that keeps it. With x whole every rank has every channel's s, so a
+# rank holding a chunk of the channels of r (S(0)) can update exactly that chunk: the local
+# function ``batch_norm_stat_pieces`` runs the op with a full-length temporary holding its
+# chunk (other channels zero) and copies its chunk back. The outputs do not read r in
+# training: they are whole (R). In eval r is read, not written: no such strategy. Paired
+# with the channel strategy (x S(1)) on a later mesh dim, a rank's chunk of r would not lie in
+# the channels its x holds: offered only on mesh dims after which the channels never shard.
+_STAT_PIECES = "batch_norm_stat_pieces"
+
+
+def running_stat_pieces(op: OpSpec, n_out: int) -> list[Strategy]:
+    """Note [running statistics in pieces]: x and the parameters R, each running statistic
+    (the last two tensors, when both are given) R or S(0), not both R (``_replicate``)."""
+    tensors = op.tensors()
+    if len(tensors) < 3 or not all(isinstance(op.arg(i, n), TensorSpec) for i, n in
+                                   ((3, "running_mean"), (4, "running_var"))):
+        return []
+    later = range(op.mesh_dim + 1, len(op.mesh_shape))
+    if any(no_empty_piece(dataclasses.replace(op, mesh_dim=m), tensors[0].shape[1])
+           for m in later):  # the channel strategy could be chosen there
+        return []
+    whole = (Replicate(),) * (len(tensors) - 2)
+    return [Strategy(whole + stats, (Replicate(),) * n_out, _STAT_PIECES)
+            for stats in ((Shard(0), Shard(0)), (Shard(0), Replicate()),
+                          (Replicate(), Shard(0)))]
+
+
+@local_function(_STAT_PIECES)
+def _batch_norm_stat_pieces(func: Any, args: tuple, kwargs: dict,
+                            boxes: Sequence[Box | None]) -> Any:
+    """Note [running statistics in pieces]: the running statistics are arguments 3 and 4.
+    The temporary spans the channels x holds (all, or its chunk where another mesh dim
+    shards the channels), which contain the statistics' chunk."""
+    args = list(args)
+    first, last = boxes[0][1] if boxes[0] is not None else (0, args[0].shape[1])
+    pieces = []
+    for pos, box in ((3, boxes[-2]), (4, boxes[-1])):
+        start, stop = (box[0] if box is not None else (first, last))
+        if (start, stop) != (first, last):
+            full = args[pos].new_zeros(last - first)
+            full[start - first:stop - first] = args[pos]
+            pieces.append((args[pos], full[start - first:stop - first]))
+            args[pos] = full
+    out = func(*args, **kwargs)
+    for piece, updated in pieces:
+        piece.copy_(updated)
+    return out
+
+
 def _batch_norm(op: OpSpec, training: bool) -> list[Strategy]:
     """Forward ``-> (y, save_mean, save_invstd)``. Channels are independent: x S(1) with
     every per-channel vector S(0) -> y S(1), saved statistics S(0) when training (shape
@@ -157,6 +213,8 @@ def _batch_norm(op: OpSpec, training: bool) -> list[Strategy]:
     out = [_replicate(op, 3)]
     if x.ndim < 2:
         return out
+    if training:
+        out += running_stat_pieces(op, 3)
     stat: Placement = Shard(0) if training else Replicate()
     if no_empty_piece(op, x.shape[1]):
         out.append(Strategy(_channel_ins(tensors, x.shape[1], 1), (Shard(1), stat, stat)))

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from dtensor.ops.norms import _grad_partials, _n_masked, _replicate
+from dtensor.ops.norms import _grad_partials, _n_masked, _replicate, running_stat_pieces
 from dtensor.ops.reductions import no_empty_piece
 from dtensor.ops.registry import Box, OpSpec, Strategy, local_function, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate, Shard
@@ -117,6 +117,7 @@ def batch_norm_with_update(op: OpSpec) -> list[Strategy]:
     found = [_replicate(op, 4)]
     if x.ndim < 2:
         return found
+    found += running_stat_pieces(op, 4)  # Note [running statistics in pieces] in norms
     c = x.shape[1]
     if no_empty_piece(op, c):
         ins: tuple[Placement, ...] = (Shard(1),) + tuple(
