@@ -4,6 +4,7 @@ tensor-parallel plan and plain replication: bytes per training step on a 2x4 mes
     .venv/bin/python benchmarks/bench_graph.py            # 2 layers each
     .venv/bin/python benchmarks/bench_graph.py --quick    # 1 layer each, shorter sequences
     .venv/bin/python benchmarks/bench_graph.py --layers 12 --infer-only   # inference time only
+    .venv/bin/python benchmarks/bench_graph.py --llama7b                  # 32 layers, meta
 
 A step is forward, loss, backward, with each gradient ending laid out like its parameter
 (complete over the batch: as one device would have it). Only two values are annotated: the
@@ -298,6 +299,46 @@ def infer_time(name: str, layers: int, seq: int, batch: int
     return captured, seconds, len(graph.gm.graph.nodes), ShardingPlan(problem, solution)
 
 
+LLAMA_7B = dict(vocab_size=32000, dim=4096, n_heads=32, n_kv_heads=32, ffn_hidden=11008,
+                max_seq_len=2048)
+
+
+def llama7b(layers: int, batch: int, seq: int, budgets: list[float]) -> None:
+    """A Llama-7B-shaped training step (meta tensors: shapes only) planned by
+    ``infer_by_depth`` (Note [planning by depth]) with AdamW's two states per parameter in
+    the memory, free and under each budget (GB per rank)."""
+    from dtensor.graph import GraphShardingError, infer_by_depth
+
+    def build(n: int) -> torch.nn.Module:
+        with torch.device("meta"):
+            return llama.Llama(llama.LlamaConfig(n_layers=n, **LLAMA_7B))
+
+    tokens = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    ann = {"input0": ShardSpec([Shard(0), R]), "tok_embeddings.weight": ShardSpec([R, Shard(0)])}
+    print(f"\n## Llama-7B shapes, {layers} layers, batch {batch} x {seq} tokens, mesh {MESH}, "
+          "AdamW (2 states)\n")
+    print("| memory budget / rank | capture + inference (wall, CPU) | bytes/step (plan) "
+          "| FLOPs/rank | memory/rank: params+grads+AdamW, inputs, activations | params sharded |")
+    print("|---|---:|---:|---:|---|---:|")
+    for budget in [None, *budgets]:
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            plan = infer_by_depth(build, layers, llama.loss_fn, [tokens], [tokens], MESH, ann,
+                                  memory_budget=None if budget is None else int(budget * 1e9))
+        except GraphShardingError as e:  # a budget below what any layout reaches
+            print(f"| {budget:g} GB | {time.perf_counter() - start:.1f} s | {e} | | | |")
+            continue
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        m = plan.memory
+        sharded = sum(any(isinstance(p, Shard) for p in pl) for pl in plan.parameters.values())
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in plan.seconds.items())
+        print(f"| {'none' if budget is None else f'{budget:g} GB'} | {seconds:.1f} s, "
+              f"{cpu:.1f} s CPU ({parts}) "
+              f"| {plan.total_bytes / 1e9:,.1f} GB | {plan.flops_per_rank / plan.whole_flops:.1%} "
+              f"| {m.total / 1e9:.1f} GB: {m.parameters / 1e9:.1f}, {m.inputs / 1e9:.2f}, "
+              f"{m.activations / 1e9:.1f} | {sharded} of {len(plan.parameters)} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -308,6 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="bert,llama")
     p.add_argument("--infer-only", action="store_true",
                    help="only time capture and inference (e.g. --layers 12)")
+    p.add_argument("--llama7b", action="store_true",
+                   help="plan a 32-layer Llama-7B-shaped step (meta tensors) by depth probes")
+    p.add_argument("--budgets", default="",
+                   help="with --llama7b: memory budgets in GB per rank, comma-separated")
     p.add_argument("--write-readme", action="store_true",
                    help="write the report into the README's bench-graph block")
     argv = sys.argv[1:] if argv is None else argv
@@ -331,6 +376,10 @@ def _report(args: argparse.Namespace) -> None:
           f"{layers} layer(s), batch {args.batch} x {seq} tokens")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%dT%H:%M:%S')}")
+    if args.llama7b:
+        budgets = [float(b) for b in args.budgets.split(",") if b]
+        llama7b(args.layers or 32, args.batch, args.seq or 2048, budgets)
+        return
     for name in args.models.split(","):
         if args.infer_only:
             cap, inf, nodes, plan = infer_time(name, layers, seq, args.batch)
