@@ -8,6 +8,7 @@ rendezvous. Everything that needs the other ranks' calls happens there.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -55,6 +56,9 @@ def _check_reduce_op(op: str, dtype: torch.dtype) -> None:
     C.check_reduce_op(op, dtype)
 
 
+_KIND = operator.attrgetter("layout", "dtype", "device")
+
+
 def _check_tensors(arg: str, tensors: Sequence[torch.Tensor]) -> torch.dtype:
     """All of one rank's tensors in a call: real (not meta), dense, one dtype and device."""
     if not tensors:
@@ -63,11 +67,15 @@ def _check_tensors(arg: str, tensors: Sequence[torch.Tensor]) -> torch.dtype:
     if len(tensors) == 1:
         if type(first) is torch.Tensor and first.layout is torch.strided and not first.is_meta:
             return first.dtype  # the common case, checked cheaply
-    else:  # a list (all_gather's outputs): one set of kinds, a third of the per-tensor loop
-        kinds = {(type(t), t.layout, t.dtype, t.device) for t in tensors}
-        if len(kinds) == 1:
-            ((cls, layout, dtype, device),) = kinds
-            if cls is torch.Tensor and layout is torch.strided and device.type != "meta":
+    else:  # a list (all_gather's outputs): one set of kinds, mapped without a Python frame
+        # per tensor (every rank checks N tensors: N^2 a collective)
+        try:
+            kinds = set(map(_KIND, tensors))
+        except AttributeError:
+            kinds = set()  # not a tensor: the loop below says which
+        if len(kinds) == 1 and set(map(type, tensors)) == {torch.Tensor}:
+            ((layout, dtype, device),) = kinds
+            if layout is torch.strided and device.type != "meta":
                 return dtype
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):

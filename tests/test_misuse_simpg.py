@@ -35,6 +35,10 @@ def _rank() -> int:
     return dist.get_rank()
 
 
+def _default_group() -> Any:
+    return dist.distributed_c10d._get_default_group()
+
+
 def _on(rank: int, fn: Callable[[], Any], other: Callable[[], Any] = lambda: None) -> Any:
     return fn() if _rank() == rank else other()
 
@@ -163,6 +167,14 @@ CATALOGUE = [
            "simpg moves real data"),
     Misuse("sparse_tensor", _sparse, ValueError, "needs dense tensors"),
     Misuse("non_tensor_argument", lambda: dist.all_reduce([1.0, 2.0]), TypeError, "Tensor"),
+    # straight to the group, past torch's own checks (as C++ callers reach it)
+    Misuse("non_tensor_in_output_list",
+           lambda: _default_group().allgather([[torch.ones(1), "x"]], [torch.ones(1)]),
+           TypeError, "output_tensor_list[1]: expected a torch.Tensor, got str"),
+    Misuse("meta_tensor_in_output_list",
+           lambda: _default_group().allgather([[torch.ones(1), torch.empty(1, device="meta")]],
+                                              [torch.ones(1)]),
+           ValueError, "output_tensor_list[1] is a torch.strided tensor on meta"),
     Misuse("avg_on_integers",
            lambda: dist.all_reduce(torch.ones(1, dtype=torch.int64), op=dist.ReduceOp.AVG),
            ValueError, "reduce op 'avg' does not support dtype torch.int64"),
