@@ -8,7 +8,7 @@ fi
 stamp=.venv/.setup-stamp
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-        "torch==2.13.0" numpy pytest pytest-xdist pytest-timeout hypothesis expecttest tqdm matplotlib safetensors
+        "torch==2.13.0" numpy pytest pytest-xdist pytest-timeout hypothesis expecttest tqdm matplotlib safetensors fsspec
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
     touch "$stamp"
 fi

@@ -149,7 +149,7 @@ def test_values_that_need_pickle_are_refused_at_save(tmp_path):
 def test_save_refuses_a_path_that_is_not_a_checkpoint(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "keep.txt").write_text("mine")
-    with pytest.raises(dcp.SaveFailedError, match="exists and is not a checkpoint link"):
+    with pytest.raises(dcp.SaveFailedError, match="exists and holds no checkpoint"):
         dcp.save({"w": torch.ones(1)}, tmp_path / "data")
     assert (tmp_path / "data" / "keep.txt").read_text() == "mine"
 

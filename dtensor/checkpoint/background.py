@@ -60,11 +60,13 @@ from dtensor.checkpoint import metadata
 from dtensor.checkpoint.hooks import reached
 from dtensor.checkpoint.pending import settle_previous, track
 from dtensor.checkpoint.pieces import CHUNK_BYTES
+from dtensor.checkpoint.stores import FolderStore, LinkStore
 from dtensor.checkpoint.saving import (Begun, Planned, SaveReport, _attempt, _failures, begin,
                                        commit_version, fill_crcs, plan_rank, raise_failure,
                                        write_planned)
 
 OUTCOME = "outcome.json"
+Store = LinkStore | FolderStore
 TIMEOUT = 1800.0  # seconds the background waits for the other ranks, as c10d's default
 
 
@@ -106,7 +108,7 @@ def async_save(state: dict, path: str | os.PathLike, *, process_group: Any = Non
             status, message = _attempt(lambda: metadata.merge(manifests, comm.size))
             verdict = None if status == "ok" else ("checking the plan", [(0, message)])
     if verdict is not None:  # rank 0: tell the threads of the others, started below
-        _attempt(lambda: _put_outcome(begun.version, verdict))
+        _attempt(lambda: _put_outcome(begun.store, begun.version, verdict))
     # every thread starts before the verdict's broadcast: that way no rank can block on its
     # future (which waits for the other ranks' threads) before every thread has started,
     # even on simpg, where a rank that blocks outside a collective keeps the others waiting
@@ -159,12 +161,13 @@ class _Job:
 
     def _finish(self) -> SaveReport:
         rank, version = self.begun.comm.rank, self.begun.version
-        if os.path.exists(os.path.join(version, OUTCOME)):
-            return _verdict(_wait_json(version, OUTCOME, self.deadline))  # failed already
+        store = self.begun.store
+        if store.get(version, OUTCOME) is not None:
+            return _verdict(_wait_json(store, version, OUTCOME, self.deadline))  # failed
         mine = _attempt(lambda: write_planned(self.planned))
         reached("file_written")
         if rank != 0 and (mine[0] != "ok" or self.planned.manifest["file"] is not None):
-            _put_json(version, _crc_file(rank), {"crc32": _crcs(mine[1])} if mine[0] == "ok"
+            _put_json(store, version, _crc_file(rank), {"crc32": _crcs(mine[1])} if mine[0] == "ok"
                       else {"error": mine[1]})
         verdict = self._commit(mine) if rank == 0 else self._outcome()
         if verdict is not None:
@@ -183,7 +186,7 @@ class _Job:
         for rank, m in enumerate(self.manifests[1:], start=1):
             if m["file"] is None:
                 continue
-            got = _wait_json(version, _crc_file(rank), self.deadline)
+            got = _wait_json(self.begun.store, version, _crc_file(rank), self.deadline)
             if got is None:
                 failed.append((rank, "no crc32s within the timeout: the rank died or stalled "
                                      "while writing"))
@@ -195,26 +198,23 @@ class _Job:
         if verdict is None:
             status, message = _attempt(lambda: self._publish())
             verdict = None if status == "ok" else ("committing", [(0, message)])
-        _put_outcome(version, verdict)
+        _put_outcome(self.begun.store, version, verdict)
         return verdict
 
     def _publish(self) -> None:
         for rank in range(1, len(self.manifests)):
-            try:
-                os.unlink(os.path.join(self.begun.version, _crc_file(rank)))
-            except FileNotFoundError:
-                pass
-        commit_version(self.begun.path, self.begun.version, self.manifests,
+            self.begun.store.remove(self.begun.version, _crc_file(rank))
+        commit_version(self.begun.store, self.begun.version, self.manifests,
                        self.begun.comm.size)
 
     def _outcome(self) -> tuple[str, list] | None:
         """Ranks but 0: rank 0's verdict (step 5)."""
-        got = _wait_json(self.begun.version, OUTCOME, self.deadline)
+        got = _wait_json(self.begun.store, self.begun.version, OUTCOME, self.deadline)
         return _verdict(got)
 
 
-def _put_outcome(version: str, verdict: tuple[str, list] | None) -> None:
-    _put_json(version, OUTCOME, {"published": verdict is None,
+def _put_outcome(store: Store, version: str, verdict: tuple[str, list] | None) -> None:
+    _put_json(store, version, OUTCOME, {"published": verdict is None,
                                  "failed_at": verdict and verdict[0],
                                  "failures": verdict and verdict[1]})
 
@@ -236,27 +236,19 @@ def _crcs(manifest: dict) -> list[list[int]]:
     return [p["crc32"] for e in manifest["tensors"].values() for p in e["pieces"]]
 
 
-def _put_json(directory: str, name: str, obj: Any) -> None:
+def _put_json(store: Store, version: str, name: str, obj: Any) -> None:
     """Write ``obj`` whole and durably: a reader polling for ``name`` never sees a part."""
-    tmp = os.path.join(directory, name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, name))
+    store.put(version, name, json.dumps(obj).encode())
 
 
-def _wait_json(directory: str, name: str, deadline: float) -> Any:
+def _wait_json(store: Store, version: str, name: str, deadline: float) -> Any:
     """The JSON in ``name`` once it appears, or None at ``deadline``."""
-    where, pause = os.path.join(directory, name), 0.0005
+    pause = 0.0005
     while True:
-        try:
-            with open(where) as f:
-                return json.load(f)
-        except FileNotFoundError:
-            pass
+        raw = store.get(version, name)
+        if raw is not None:
+            return json.loads(raw)
         if time.monotonic() >= deadline:
             return None
         time.sleep(pause)
         pause = min(2 * pause, 0.05)
-

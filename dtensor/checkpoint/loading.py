@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dtensor.checkpoint import commit, metadata
+from dtensor.checkpoint import metadata
 from dtensor.checkpoint.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -37,6 +37,7 @@ from dtensor.checkpoint.errors import (
 from dtensor.checkpoint.pieces import (chunk_name, chunks_meeting, grid_size, overlaps,
                                       relative, view_of)
 from dtensor.checkpoint.storage import Reader, dtype_from_name, dtype_name
+from dtensor.checkpoint.stores import FolderStore, LinkStore, store_for
 from dtensor.checkpoint.tree import decode, fill, leaves
 from dtensor.layout import box_intersect, box_numel
 
@@ -56,16 +57,14 @@ class LoadReport:
     seconds: float
 
 
-def read_metadata(directory: str) -> tuple[dict, int]:
+def read_metadata(store: LinkStore | FolderStore, directory: str) -> tuple[dict, int]:
     """(the checked metadata body, its size in bytes) of a version directory."""
     where = os.path.join(directory, metadata.NAME)
-    try:
-        with open(where, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
+    raw = store.get(directory, metadata.NAME)
+    if raw is None:
         raise IncompleteCheckpointError(
             f"{where}: missing: {directory} is a save that never finished (it publishes "
-            f"metadata.json last), not a checkpoint", file=where) from None
+            f"metadata.json last), not a checkpoint", file=where)
     return metadata.validate_body(metadata.parse(raw, where), where), len(raw)
 
 
@@ -85,10 +84,11 @@ def load(state: dict, path: str | os.PathLike, *, process_group: Any = None) -> 
     dtensor.checkpoint.errors.StateMismatchError: ...: tensor 'w' is float32 [2] in the ...
     """
     start = time.perf_counter()
-    directory = commit.resolve(os.fspath(path))
-    body, meta_bytes = read_metadata(directory)
-    reader = Reader(directory, {f: int(n) for f, n in body["files"].items()},
-                    bytes_read=meta_bytes)
+    store = store_for(path)
+    directory = store.resolve()
+    body, meta_bytes = read_metadata(store, directory)
+    reader = store.reader(directory, {f: int(n) for f, n in body["files"].items()},
+                          meta_bytes)
     where = os.path.join(directory, metadata.NAME)
     counts = {"chunks": 0}
 

@@ -25,14 +25,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dtensor.checkpoint import commit, metadata
+from dtensor.checkpoint import metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
 from dtensor.checkpoint.pending import settle_previous
 from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, view_of
-from dtensor.checkpoint.storage import dtype_name, fsync_dir
+from dtensor.checkpoint.storage import dtype_name
+from dtensor.checkpoint.stores import FolderStore, LinkStore, store_for
 from dtensor.checkpoint.tree import flatten
-from dtensor.checkpoint.writer import Piece, file_size, write_pieces
+from dtensor.checkpoint.writer import Piece, file_size
 from dtensor.placements import Partial, Replicate, fmt_placements
 from dtensor.tensor import DTensor
 
@@ -126,7 +127,7 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
         else:
             manifests = [m for _, m in gathered]
             manifests[0]["values"] = begun.values
-            status, message = _attempt(lambda: commit_version(begun.path, version, manifests,
+            status, message = _attempt(lambda: commit_version(begun.store, version, manifests,
                                                               comm.size))
             verdict = None if status == "ok" else ("committing", [(0, message)])
     verdict = comm.broadcast(verdict)
@@ -142,6 +143,7 @@ class Begun:
     [commit]), Partial tensors reduced (Note [saving Partial]); nothing written yet."""
 
     path: str
+    store: LinkStore | FolderStore
     version: str
     comm: _Comm
     tensors: dict[str, torch.Tensor]
@@ -151,19 +153,20 @@ class Begun:
 
 def begin(state: dict, path: str | os.PathLike, process_group: Any) -> Begun:
     """The collective start of a save, the same for ``save`` and ``async_save``."""
-    path = os.path.abspath(os.fspath(path))
+    store = store_for(path)
+    path = os.fspath(path) if "://" in os.fspath(path) else os.path.abspath(os.fspath(path))
     comm = _Comm(process_group)
     tensors, values = flatten(state)
     source = {k: fmt_placements(view_of(t, k)[0].placements) for k, t in tensors.items()}
     reached("begin")
-    made = comm.broadcast(_attempt(lambda: commit.new_version_dir(path))
+    made = comm.broadcast(_attempt(store.new_version)
                           if comm.rank == 0 else None)
     if made[0] != "ok":
         raise_failure("making the version directory", [(0, made[1])])
     reached("dir_made")
     tensors = _reduce_partials(tensors)
     reached("partials_reduced")
-    return Begun(path, made[1], comm, tensors, source, values)
+    return Begun(path, store, made[1], comm, tensors, source, values)
 
 
 def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -184,6 +187,7 @@ class Planned:
     """This rank's part of a save: its file's pieces (Note [one writer]) and its manifest,
     whose crc32s ``write_planned`` fills in."""
 
+    store: LinkStore | FolderStore
     version: str
     file: str
     pieces: list[Piece]
@@ -218,8 +222,9 @@ def plan_rank(begun: Begun, chunk_bytes: int) -> Planned:
         entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
                                        "chunk": list(chunk), "crc32": None})
     if not pieces:
-        return Planned(begun.version, file, [], {"file": None, "bytes": 0, "tensors": entries})
-    return Planned(begun.version, file, pieces,
+        return Planned(begun.store, begun.version, file, [],
+                       {"file": None, "bytes": 0, "tensors": entries})
+    return Planned(begun.store, begun.version, file, pieces,
                    {"file": file, "bytes": file_size(pieces), "tensors": entries})
 
 
@@ -227,8 +232,7 @@ def write_planned(planned: Planned) -> dict:
     """Write the planned file, each chunk straight from its tensor (Note [one pass] in
     writer.py), and return the manifest with the chunks' crc32s."""
     if planned.pieces:
-        nbytes, crcs = write_pieces(os.path.join(planned.version, planned.file),
-                                    planned.pieces)
+        nbytes, crcs = planned.store.write(planned.version, planned.file, planned.pieces)
         if nbytes != planned.manifest["bytes"]:
             raise CheckpointError(f"{planned.file}: wrote {nbytes} bytes, planned "
                                   f"{planned.manifest['bytes']}", file=planned.file)
@@ -244,18 +248,8 @@ def fill_crcs(manifest: dict, crcs: list[list[int]]) -> None:
         entry["crc32"] = piece_crcs
 
 
-def commit_version(path: str, version: str, manifests: list[dict], world_size: int) -> str:
-    """Rank 0's part of Note [commit] (steps 4 and 5)."""
-    body = metadata.merge(manifests, world_size)
-    tmp = os.path.join(version, metadata.NAME + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(metadata.dumps(body))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(version, metadata.NAME))
-    fsync_dir(version)
-    reached("metadata_written")
-    commit.publish(path, version)
-    reached("published")
-    commit.remove_others(path, version)
+def commit_version(store: LinkStore | FolderStore, version: str, manifests: list[dict],
+                   world_size: int) -> str:
+    """Rank 0's part of Note [commit] (steps 4 and 5), or of Note [folder of versions]."""
+    store.commit(version, metadata.dumps(metadata.merge(manifests, world_size)))
     return version

@@ -59,7 +59,7 @@ def fsync_dir(path: str) -> None:
 
 @dataclass
 class _Open:
-    fd: int
+    fd: Any  # an os file descriptor; a path for FsReader
     header: dict[str, Any]
     data_start: int
 
@@ -102,7 +102,7 @@ class Reader:
         begin, end = offsets
         nbytes = end - begin
         buf = bytearray(nbytes)
-        got = os.preadv(f.fd, [buf], f.data_start + begin) if nbytes else 0
+        got = self._read_into(f.fd, buf, f.data_start + begin) if nbytes else 0
         self.bytes_read += got
         if got != nbytes:
             raise TruncatedFileError(f"{where}: tensor {key!r}: chunk {name!r} needs bytes "
@@ -122,7 +122,7 @@ class Reader:
         while the reader checks and copies (Note [prefetch]). Only a hint: anything wrong
         (a missing file, a bad header) is left to ``read``, which raises it in its order."""
         advise = getattr(os, "posix_fadvise", None)
-        if advise is None:
+        if advise is None or not self.local:
             return
         spans: dict[str, list[tuple[int, int]]] = {}
         for file, name, key in wanted:
@@ -152,33 +152,33 @@ class Reader:
             return f
         where = os.path.join(self.directory, file)
         try:
-            fd = os.open(where, os.O_RDONLY)
+            fd = self._open_file(where)
         except FileNotFoundError:
             raise MissingFileError(f"{where}: missing, but the metadata lists it as holding "
                                    f"tensor {key!r}", file=where, key=key) from None
         try:
             f = self._parse(fd, where, key)
         except BaseException:
-            os.close(fd)
+            self._close_file(fd)
             raise
         self.files[file] = f
         return f
 
-    def _parse(self, fd: int, where: str, key: str) -> _Open:
-        size = os.fstat(fd).st_size
+    def _parse(self, fd: Any, where: str, key: str) -> _Open:
+        size = self._size(fd)
         expected = self.sizes.get(os.path.basename(where))
         if expected is not None and size != expected:
             kind = TruncatedFileError if size < expected else CorruptCheckpointError
             raise kind(f"{where}: {size} bytes, expected {expected} as written (opened for "
                        f"tensor {key!r})", file=where, key=key)
-        head = os.pread(fd, 8, 0)
+        head = self._pread(fd, 8, 0)
         self.bytes_read += len(head)
         n = int.from_bytes(head, "little") if len(head) == 8 else -1
         if not 0 < n <= min(size - 8, _MAX_HEADER):
             raise CorruptCheckpointError(f"{where}: not a safetensors file (header length "
                                          f"{n}, file size {size}; opened for tensor {key!r})",
                                          file=where, key=key)
-        raw = os.pread(fd, n, 8)
+        raw = self._pread(fd, n, 8)
         self.bytes_read += len(raw)
         try:
             header = json.loads(raw)
@@ -193,5 +193,23 @@ class Reader:
 
     def close(self) -> None:
         for f in self.files.values():
-            os.close(f.fd)
+            self._close_file(f.fd)
         self.files.clear()
+
+    # the I/O, local files by descriptor; FsReader reads byte ranges through fsspec instead
+    local = True
+
+    def _open_file(self, where: str) -> Any:
+        return os.open(where, os.O_RDONLY)
+
+    def _close_file(self, fd: Any) -> None:
+        os.close(fd)
+
+    def _size(self, fd: Any) -> int:
+        return os.fstat(fd).st_size
+
+    def _pread(self, fd: Any, n: int, offset: int) -> bytes:
+        return os.pread(fd, n, offset)
+
+    def _read_into(self, fd: Any, buf: bytearray, offset: int) -> int:
+        return os.preadv(fd, [buf], offset)

@@ -86,7 +86,7 @@ def write_pieces(path: str, pieces: Sequence[Piece], *, stage_bytes: int = STAGE
     durable (fdatasync) before returning (its size in bytes, each piece's chunks' crc32s).
     ``direct=False`` never tries O_DIRECT; ``stage_bytes`` (a multiple of ALIGN) sizes the
     staging buffers."""
-    order = sorted(range(len(pieces)), key=lambda i: -pieces[i].local.element_size())
+    order = ordered(pieces)
     header, data_bytes = _header([pieces[i] for i in order])
     size = len(header) + data_bytes
     crcs: list[list[int]] = [[] for _ in pieces]
@@ -98,10 +98,20 @@ def write_pieces(path: str, pieces: Sequence[Piece], *, stage_bytes: int = STAGE
     return size, crcs
 
 
+def ordered(pieces: Sequence[Piece]) -> list[int]:
+    """The order of the pieces in the file: by element size, largest first (Note [direct
+    writes]: every chunk then starts at a multiple of its element size)."""
+    return sorted(range(len(pieces)), key=lambda i: -pieces[i].local.element_size())
+
+
+def header_for(pieces: Sequence[Piece]) -> tuple[bytes, int]:
+    """(the file's 8-byte length and JSON header, its data's bytes) for ``pieces``."""
+    return _header([pieces[i] for i in ordered(pieces)])
+
+
 def file_size(pieces: Sequence[Piece]) -> int:
     """The size of the file ``write_pieces`` writes for ``pieces``, known before writing."""
-    order = sorted(pieces, key=lambda p: -p.local.element_size())
-    header, data_bytes = _header(order)
+    header, data_bytes = header_for(pieces)
     return len(header) + data_bytes
 
 
