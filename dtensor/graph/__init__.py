@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dtensor.graph.annotate import ShardSpec, shard_hint
-from dtensor.graph.capture import CapturedGraph, capture, capture_fn, capture_train_step
+from dtensor.graph.capture import AdamW, CapturedGraph, capture, capture_fn, capture_train_step
 from dtensor.graph.compute import COMPUTE_WEIGHT
 from dtensor.graph.depth import DepthPlan, infer_by_depth
 from dtensor.graph.eager import EagerPlan, EagerPlanError
@@ -32,15 +32,19 @@ from dtensor.graph.show import Reshard, ShardingPlan
 def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
           annotations: dict[str, ShardSpec] | None = None, *,
           method: str = "auto", compute_weight: float = COMPUTE_WEIGHT,
-          memory_budget: int | None = None, optimizer_states: int = 2) -> ShardingPlan:
+          memory_budget: int | None = None, optimizer_states: int | None = None
+          ) -> ShardingPlan:
     """Placements for every value of ``graph`` on a mesh of ``mesh_shape``, given
     ``annotations`` (value name -> ShardSpec) and the ``shard_hint`` calls in the graph.
     ``method``: "auto", "exact", "heuristic" or "greedy" (Note [graph sharding search]).
     The plan minimises bytes moved plus ``compute_weight`` (bytes per FLOP) times the FLOPs
     every rank does (Note [compute in the objective]); 0 minimises bytes only.
     ``memory_budget``: bytes each rank may hold (parameters with their gradients and
-    ``optimizer_states`` states each, 2 for AdamW; inputs; activations), a constraint
-    (Note [memory in the objective])."""
+    ``optimizer_states`` states each, by default 2 for an AdamW outside the graph, 0 when
+    the graph holds the update and its states as inputs; inputs; activations), a
+    constraint (Note [memory in the objective])."""
+    if optimizer_states is None:
+        optimizer_states = 0 if graph.optimizer_states else 2
     problem = Problem(graph, mesh_shape, annotations, compute_weight=compute_weight)
     problem.optimizer_states = optimizer_states
     if memory_budget is None:
@@ -49,7 +53,7 @@ def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
 
 
 __all__ = [
-    "COMPUTE_WEIGHT", "AnnotationError", "CaptureError", "CapturedGraph", "DepthPlan",
+    "COMPUTE_WEIGHT", "AdamW", "AnnotationError", "CaptureError", "CapturedGraph", "DepthPlan",
     "EagerPlan", "EagerPlanError", "ExpansionError", "GraphShardingError", "Memory", "Problem",
     "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
     "capture_train_step", "infer", "infer_by_depth", "run", "shard_hint", "solve",

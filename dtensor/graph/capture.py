@@ -18,6 +18,7 @@ Inputs are flat: parameters (by qualified name), then buffers, then the call's a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,8 @@ class CapturedGraph:
     ties: dict[int, str] = field(default_factory=dict)
     kind: str = "forward"
     n_params: int = 0  # the first inputs that are the module's parameters (then its buffers)
+    n_buffers: int = 0
+    optimizer_states: int = 0  # per parameter, inputs of the graph (AdamW captured: 2)
 
     def placeholders(self) -> list[fx.Node]:
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"]
@@ -103,15 +106,42 @@ def capture(model: torch.nn.Module, *args: torch.Tensor) -> CapturedGraph:
     gm = _trace(forward, state + list(args))
     outs = _output_count(gm)
     return CapturedGraph(gm, tuple(names) + tuple(f"input{i}" for i in range(len(args))),
-                         tuple(f"output{i}" for i in range(outs)), n_params=n_params)
+                         tuple(f"output{i}" for i in range(outs)), n_params=n_params,
+                         n_buffers=n_state - n_params)
+
+
+@dataclass(frozen=True)
+class AdamW:
+    """The update ``torch.optim.AdamW`` makes at step ``step`` (``capture_train_step(...,
+    optimizer=AdamW())``): its states ``exp_avg`` and ``exp_avg_sq`` are inputs and outputs
+    of the graph."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-2
+    step: int = 1
+
+    def update(self, p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(new parameter, new exp_avg, new exp_avg_sq), as torch's single-tensor AdamW."""
+        b1, b2 = self.betas
+        p = p * (1 - self.lr * self.weight_decay)
+        m = m * b1 + g * (1 - b1)
+        v = v * b2 + g * g * (1 - b2)
+        denom = v.sqrt() / math.sqrt(1 - b2 ** self.step) + self.eps
+        return p - (self.lr / (1 - b1 ** self.step)) * m / denom, m, v
 
 
 def capture_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
                        args: Sequence[torch.Tensor], loss_args: Sequence[torch.Tensor] = (),
-                       *, lr: float | None = None) -> CapturedGraph:
+                       *, lr: float | None = None, optimizer: AdamW | None = None
+                       ) -> CapturedGraph:
     """Forward, ``loss_fn(model(*args), *loss_args)``, backward, and with ``lr`` an SGD
     update: outputs ``loss`` then one ``grad:<name>`` (or ``new:<name>``) per parameter,
-    each tied to its parameter's placements.
+    each tied to its parameter's placements. With ``optimizer=AdamW(...)`` the AdamW update
+    instead: inputs ``exp_avg:<name>`` and ``exp_avg_sq:<name>`` follow the targets, outputs
+    ``new:<name>``, then ``new_exp_avg:<name>`` and ``new_exp_avg_sq:<name>`` tied to them.
 
     >>> import torch
     >>> g = capture_train_step(torch.nn.Linear(4, 3), lambda y: y.sum(), [torch.randn(2, 4)])
@@ -120,28 +150,45 @@ def capture_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tens
     """
     from torch.func import functional_call
 
+    if lr is not None and optimizer is not None:
+        raise CaptureError("capture_train_step: give lr (plain SGD) or optimizer, not both")
     names, state, n_params = _state(model)
-    n_state, n_args = len(state), len(args)
+    n_state, n_args, n_loss = len(state), len(args), len(loss_args)
+    pnames = names[:n_params]
 
     def step(*flat: torch.Tensor) -> Any:
         tensors = dict(zip(names, flat[:n_state]))
         out = functional_call(model, tensors, tuple(flat[n_state:n_state + n_args]))
-        loss = loss_fn(out, *flat[n_state + n_args:])
+        loss = loss_fn(out, *flat[n_state + n_args:n_state + n_args + n_loss])
         params = list(flat[:n_params])
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+        if optimizer is not None:
+            states = flat[n_state + n_args + n_loss:]
+            new = [optimizer.update(p, g, m, v) for p, g, m, v in
+                   zip(params, grads, states[:n_params], states[n_params:])]
+            return (loss, *(n[0] for n in new), *(n[1] for n in new), *(n[2] for n in new))
         if lr is None:
             return (loss, *grads)
         return (loss, *(p - lr * g for p, g in zip(params, grads)))
 
     flat = [s.detach().requires_grad_(i < n_params) for i, s in enumerate(state)]
-    gm = _trace(step, flat + list(args) + list(loss_args))
-    prefix = "grad" if lr is None else "new"
+    moments = ([torch.zeros_like(p) for _ in range(2) for p in state[:n_params]]
+               if optimizer is not None else [])
+    gm = _trace(step, flat + list(args) + list(loss_args) + moments)
+    prefix = "grad" if lr is None and optimizer is None else "new"
     inputs = (tuple(names) + tuple(f"input{i}" for i in range(n_args))
-              + tuple(f"target{i}" for i in range(len(loss_args))))
-    outputs = ("loss",) + tuple(f"{prefix}:{n}" for n in names[:n_params])
-    return CapturedGraph(gm, inputs, outputs, {i + 1: n for i, n in enumerate(names[:n_params])},
-                         kind="train_step", n_params=n_params)
+              + tuple(f"target{i}" for i in range(n_loss)))
+    outputs = ("loss",) + tuple(f"{prefix}:{n}" for n in pnames)
+    ties = {i + 1: n for i, n in enumerate(pnames)}
+    if optimizer is not None:
+        for kind in ("exp_avg", "exp_avg_sq"):
+            inputs += tuple(f"{kind}:{n}" for n in pnames)
+            ties.update({len(outputs) + i: f"{kind}:{n}" for i, n in enumerate(pnames)})
+            outputs += tuple(f"new_{kind}:{n}" for n in pnames)
+    return CapturedGraph(gm, inputs, outputs, ties, kind="train_step", n_params=n_params,
+                         n_buffers=n_state - n_params,
+                         optimizer_states=2 if optimizer is not None else 0)
 
 
 def capture_fn(fn: Callable[..., Any], *args: torch.Tensor,

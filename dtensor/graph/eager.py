@@ -137,8 +137,8 @@ def eager_plan(plan: Any, module_inputs: int | None = None) -> EagerPlan:
     args = [n for n in graph.inputs if n.startswith("input") and n[5:].isdigit()]
     if module_inputs is not None:
         args = args[:module_inputs]
-    state = [n for n in graph.inputs if n not in args and not n.startswith(("input", "target"))]
-    params, buffers = state[:graph.n_params], state[graph.n_params:]
+    params = graph.inputs[:graph.n_params]
+    buffers = graph.inputs[graph.n_params:graph.n_params + graph.n_buffers]
     return EagerPlan(plan.mesh_shape, {n: plan.placements(n) for n in params},
                      {n: plan.placements(n) for n in buffers},
                      tuple(plan.placements(n) for n in args), plan.total_bytes)

@@ -6,7 +6,8 @@ piece, as in Note [compute in the objective]):
 
 - parameter state: each parameter's local bytes times ``2 + optimizer_states`` (the value,
   its gradient, and the optimizer's states of the parameter's size: 2 for Adam and AdamW,
-  0 for plain SGD);
+  0 for plain SGD; with AdamW captured in the step its states are inputs of their own
+  layouts, counted here too, and ``optimizer_states`` defaults to 0);
 - other inputs (buffers, the batch): their local bytes;
 - activations: every value the forward makes that the backward reads (the forward is what
   the loss depends on), at its local size. They are all alive where the backward starts,
@@ -52,7 +53,11 @@ class Memory:
 
 def unit_memory(problem: Problem, optimizer_states: int) -> list[list[tuple[int, int, int]]]:
     """Per unit, per option: (parameter state, other inputs, activations) bytes per rank."""
-    params = set(problem.graph.inputs[:problem.graph.n_params])
+    graph = problem.graph
+    params = set(graph.inputs[:graph.n_params])
+    # an optimizer captured in the step: its states are inputs, counted with the parameters
+    states = set(graph.inputs[len(graph.inputs) - graph.n_params * graph.optimizer_states:]
+                 if graph.optimizer_states else ())
     saved = _saved(problem)
     m = problem.mesh_shape
     out = []
@@ -62,8 +67,9 @@ def unit_memory(problem: Problem, optimizer_states: int) -> list[list[tuple[int,
             if u.kind == "input":
                 v = problem.values[u.outputs[0]]
                 held = math.prod(local_shape(v.shape, o.outputs[0], m)) * v.itemsize
-                per.append((held * (2 + optimizer_states), 0, 0)
-                           if problem.graph.name_of(u.node) in params else (0, held, 0))
+                name = graph.name_of(u.node)
+                per.append((held * (2 + optimizer_states), 0, 0) if name in params else
+                           (held, 0, 0) if name in states else (0, held, 0))
                 continue
             acts = 0
             for vid, pl in zip(u.outputs, o.outputs):
