@@ -203,3 +203,19 @@ def test_an_error_of_the_local_op_is_raised_as_the_python_entry_raises_it():
 
     cause = "RuntimeError in aten.index_select.default"
     assert _world((2,), body) == [(True, True, True, cause)] * 2
+
+
+def test_overlapping_python_entry_blocks_on_ranks_restore_the_entry_once():
+    import torch.distributed as dist
+
+    installed = DTensor.__dict__["__torch_dispatch__"]
+
+    def body(mesh):
+        with native.python_entry_only(DTensor):
+            dist.barrier()  # every rank inside at once
+            inside = DTensor.__dict__["__torch_dispatch__"].__func__.__name__
+            dist.barrier()
+        return inside
+
+    assert _world((3,), body) == ["torch_dispatch"] * 3
+    assert DTensor.__dict__["__torch_dispatch__"] is installed

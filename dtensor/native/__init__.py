@@ -28,6 +28,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import os
+import threading
 from types import ModuleType
 from typing import Any, Iterator
 
@@ -93,15 +94,28 @@ def compile_plan(func: Any, args: tuple, kwargs: dict, rewrite: tuple, outs: tup
                           returns_arg, local, boxes, moves, lists)
 
 
+# class -> [blocks open, the entry to restore]: ranks (threads) may open overlapping blocks
+_python_only: dict[type, list] = {}
+_python_only_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def python_entry_only(dtensor_class: type) -> Iterator[None]:
     """Within the block, ``dtensor_class`` dispatches through the Python entry (for tests and
-    benchmarks that compare the two; process-wide, not per thread)."""
+    benchmarks that compare the two). Process-wide: the first block opened swaps the entry,
+    the last one closed puts it back, so every rank of a simulated world may open one."""
     from dtensor.dispatch import torch_dispatch
 
-    saved = dtensor_class.__dict__["__torch_dispatch__"]
-    dtensor_class.__torch_dispatch__ = classmethod(torch_dispatch)  # type: ignore[assignment]
+    with _python_only_lock:
+        state = _python_only.setdefault(dtensor_class, [0, None])
+        if state[0] == 0:
+            state[1] = dtensor_class.__dict__["__torch_dispatch__"]
+            dtensor_class.__torch_dispatch__ = classmethod(torch_dispatch)  # type: ignore
+        state[0] += 1
     try:
         yield
     finally:
-        dtensor_class.__torch_dispatch__ = saved  # type: ignore[assignment]
+        with _python_only_lock:
+            state[0] -= 1
+            if state[0] == 0:
+                dtensor_class.__torch_dispatch__ = state[1]  # type: ignore[assignment]
