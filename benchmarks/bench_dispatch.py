@@ -197,8 +197,9 @@ def main() -> None:
                   f"{f['torch']:.1f} | {f['ours'] / f['torch']:.2f} | "
                   f"{f['python'] / f['torch']:.2f} |")
         print(f"\nA Python tensor subclass that only unwraps, runs and rewraps (no sharding) "
-              f"pays {floor:.1f} µs per add here: the floor under any Python __torch_dispatch__; "
-              f"torch's DTensor dispatches in C++.\nLocal rows: CPU time of rank 0's thread; "
+              f"pays {floor:.1f} µs per add here: the floor under any Python __torch_dispatch__ "
+              f"(torch's DTensor dispatches in C++, and so does our compiled entry on a cached "
+              f"call).\nLocal rows: CPU time of rank 0's thread; "
               f"collective rows: wall time; best of {passes} alternating passes x {rounds} "
               f"rounds x {iters} calls; torch.set_num_threads(1).")
         rounds_of = {f"{col} {name}": t for name, row in times.items() for col, t in row.items()}
