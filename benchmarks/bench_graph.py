@@ -372,14 +372,16 @@ def _report(args: argparse.Namespace) -> None:
     logging.getLogger("torch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
+    if args.llama7b:
+        print(f"# dtensor.graph at model scale\ntorch {torch.__version__}, {os.cpu_count()} "
+              f"cores, {time.strftime('%Y-%m-%dT%H:%M:%S')}")
+        budgets = [float(b) for b in args.budgets.split(",") if b]
+        llama7b(args.layers or 32, args.batch, args.seq or 2048, budgets)
+        return
     print(f"# dtensor.graph: bytes and compute per training step on mesh {MESH}, "
           f"{layers} layer(s), batch {args.batch} x {seq} tokens")
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%dT%H:%M:%S')}")
-    if args.llama7b:
-        budgets = [float(b) for b in args.budgets.split(",") if b]
-        llama7b(args.layers or 32, args.batch, args.seq or 2048, budgets)
-        return
     for name in args.models.split(","):
         if args.infer_only:
             cap, inf, nodes, plan = infer_time(name, layers, seq, args.batch)
