@@ -5,7 +5,8 @@ writer]), as checksummed chunks of safetensors files, one per writing rank, plus
 metadata file, and publishes atomically (Note [commit]). ``load(state, path)`` fills a
 target state in place in the target's own layout, reading only the chunks each rank needs.
 ``async_save`` returns once each rank's pieces are in host memory and writes them in the
-background (Note [async save]). ``load_torch_dcp`` reads torch.distributed.checkpoint's
+background (Note [async save]). ``export_safetensors``/``load_safetensors`` write and read
+the consolidated files model hubs keep. ``load_torch_dcp`` reads torch.distributed.checkpoint's
 format (trusted input only).
 
 >>> import tempfile, torch, simpg, dtensor, dtensor.checkpoint as dcp
@@ -22,6 +23,7 @@ format (trusted input only).
 """
 
 from dtensor.checkpoint.background import async_save
+from dtensor.checkpoint.consolidated import export_safetensors, load_safetensors
 from dtensor.checkpoint.errors import (CheckpointError, CheckpointNotFoundError,
                                        ChecksumError, CorruptCheckpointError,
                                        IncompleteCheckpointError, MissingFileError,
@@ -37,6 +39,7 @@ __all__ = [
     "CheckpointError", "CheckpointNotFoundError", "ChecksumError", "CorruptCheckpointError",
     "IncompleteCheckpointError", "LoadReport", "MissingFileError", "MissingKeyError", "STEPS",
     "SaveFailedError", "SaveReport", "StateMismatchError", "TruncatedFileError",
-    "UnsupportedValueError", "async_save", "init_optimizer_state", "load", "load_torch_dcp", "save",
+    "UnsupportedValueError", "async_save", "export_safetensors", "init_optimizer_state", "load",
+    "load_safetensors", "load_torch_dcp", "save",
     "step_hook",
 ]
