@@ -51,6 +51,10 @@ def test_export_a_sharded_checkpoint_to_one_file(tmp_path):
     out = str(tmp_path / "model.safetensors")
     assert dcp.export_safetensors(ck, out) == [out]
     _equal_to_full(load_file(out))  # values ("step") are not tensors: not exported
+    os.unlink(out)
+    written = simpg.run(lambda: dcp.export_safetensors(ck, out), WORLD)  # every rank calls
+    assert written == [[out]] + [[]] * (WORLD - 1)
+    _equal_to_full(load_file(out))
 
 
 def test_export_live_dtensors_with_partial_on_every_rank(tmp_path):

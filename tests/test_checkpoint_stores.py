@@ -199,3 +199,11 @@ def test_a_folder_that_is_no_checkpoint_is_refused(url):
 def test_nothing_there_is_not_found(url):
     with pytest.raises(dcp.CheckpointNotFoundError, match="no committed checkpoint"):
         dcp.load({"w": torch.ones(1)}, url)
+
+
+def test_saving_into_the_version_a_link_publishes_is_refused(tmp_path):
+    link = str(tmp_path / "ck")
+    _save(link, 0.0)
+    with pytest.raises(dcp.SaveFailedError, match="is a version directory that the link 'ck'"):
+        dcp.save({"w": torch.ones(1)}, os.path.realpath(link))
+    _assert_holds(link, 0.0)

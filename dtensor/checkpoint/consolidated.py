@@ -64,13 +64,15 @@ def export_safetensors(source: dict | str | os.PathLike, path: str | os.PathLike
     not written.
     Returns the files written (on rank 0; [] elsewhere)."""
     path = os.fspath(path)
+    rank = dist.get_rank(process_group) if dist.is_available() and dist.is_initialized() \
+        else 0
     if isinstance(source, dict):
         tensors, _ = flatten(source)
         specs = {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()}
         get = _live_getter(tensors)
-        rank = dist.get_rank(process_group) if dist.is_available() and dist.is_initialized() \
-            else 0
     else:
+        if rank != 0:
+            return []  # a checkpoint needs no other rank: rank 0 reads and writes it all
         store = store_for(source)
         version = store.resolve()
         body, _ = read_metadata(store, version)
@@ -78,7 +80,6 @@ def export_safetensors(source: dict | str | os.PathLike, path: str | os.PathLike
         specs = {k: (tuple(e["shape"]), dtype_from_name(e["dtype"]))
                  for k, e in body["tensors"].items()}
         get = _checkpoint_getter(body, reader, os.path.join(version, metadata.NAME))
-        rank = 0
     for key, (_, dtype) in specs.items():
         if dtype not in _ST_NAMES:
             raise UnsupportedValueError(f"{key!r} is {dtype_name(dtype)}, which safetensors "
@@ -124,7 +125,7 @@ def _live_getter(tensors: dict[str, torch.Tensor]):
     def get(key: str) -> torch.Tensor:
         t = tensors[key]
         with torch.no_grad():
-            if isinstance(t, DTensor):
+            if isinstance(t, DTensor) or hasattr(t, "full_tensor"):  # ours, or torch's
                 return t.full_tensor()  # a collective: every rank, keys in the same order
             return t.detach()
     return get

@@ -135,6 +135,12 @@ class FolderStore:
         if self.fs.exists(self.root) and not self.fs.isdir(self.root):
             raise CheckpointError(f"{self.url} is a file: expected a checkpoint folder or a "
                                   f"new path", file=self.url)
+        parent, base = os.path.split(self.root.rstrip("/"))
+        if commit._MARK in base and os.path.islink(os.path.join(parent, base.split(
+                commit._MARK)[0])):
+            raise CheckpointError(f"{self.url} is a version directory that the link "
+                                  f"{base.split(commit._MARK)[0]!r} beside it publishes: "
+                                  f"expected the link's path, to save over it", file=self.url)
         flat = self.fs.exists(self._join(METADATA))
         if self.fs.isdir(self.root) and self.fs.ls(self.root) and not flat \
                 and not self._versions():
