@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dtensor import Replicate, Shard
-from dtensor.graph import GraphShardingError, ShardSpec, capture_train_step, infer
+from dtensor.graph import AdamW, GraphShardingError, ShardSpec, capture_train_step, infer
 from dtensor.graph.depth import infer_by_depth
 from examples.models import llama
 
@@ -22,11 +22,14 @@ def _build(n: int) -> torch.nn.Module:
                                     ffn_hidden=48, vocab_size=64, max_seq_len=8))
 
 
-def test_depth_plan_equals_planning_the_full_depth():
+@pytest.mark.parametrize("optimizer", [None, AdamW()], ids=["grads", "adamw"])
+def test_depth_plan_equals_planning_the_full_depth(optimizer):
     tokens = torch.randint(0, 64, (8, 8), generator=torch.Generator().manual_seed(0))
-    depth = infer_by_depth(_build, 4, llama.loss_fn, [tokens], [tokens], (2, 4), ANNOTATIONS)
-    full = infer(capture_train_step(_build(4), llama.loss_fn, [tokens], [tokens]), (2, 4),
-                 ANNOTATIONS, method="heuristic")
+    depth = infer_by_depth(_build, 4, llama.loss_fn, [tokens], [tokens], (2, 4), ANNOTATIONS,
+                           optimizer=optimizer)
+    full = infer(capture_train_step(_build(4), llama.loss_fn, [tokens], [tokens],
+                                    optimizer=optimizer), (2, 4), ANNOTATIONS,
+                 method="heuristic")
     assert depth.consistent
     assert set(depth.parameters) == {n for n, _ in _build(4).named_parameters()}
     for name, pl in depth.parameters.items():

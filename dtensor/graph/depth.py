@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from dtensor.graph.annotate import ShardSpec
-from dtensor.graph.capture import capture_train_step
+from dtensor.graph.capture import AdamW, capture_train_step
 from dtensor.graph.compute import COMPUTE_WEIGHT
 from dtensor.graph.eager import EagerPlan, eager_plan
 from dtensor.graph.errors import GraphShardingError
@@ -84,14 +84,16 @@ def infer_by_depth(build: Callable[[int], torch.nn.Module], n_layers: int,
                    loss_args: Sequence[torch.Tensor], mesh_shape: Sequence[int],
                    annotations: dict[str, ShardSpec] | None = None, *, probe_layers: int = 2,
                    compute_weight: float = COMPUTE_WEIGHT, method: str = "heuristic",
-                   memory_budget: int | None = None, optimizer_states: int = 2,
-                   layer_pattern: str = LAYER_PATTERN) -> DepthPlan:
+                   memory_budget: int | None = None, optimizer_states: int | None = None,
+                   optimizer: AdamW | None = None, layer_pattern: str = LAYER_PATTERN
+                   ) -> DepthPlan:
     """Plan the training step of ``build(n_layers)`` from ``build(probe_layers)`` and
     ``build(probe_layers + 1)`` (Note [planning by depth]). ``build(n)`` returns the model
     with ``n`` layers (meta tensors are fine: only shapes are read); ``layer_pattern``
     matches a layer's parameter names as (prefix, layer number, rest). ``memory_budget``:
     bytes per rank at full depth (extrapolated like the bytes; Note [memory in the
-    objective])."""
+    objective]); ``optimizer``: an ``AdamW`` captured in the step (its states then count as
+    inputs: ``optimizer_states`` defaults to 0, else 2)."""
     k = probe_layers
     if k < 2 or n_layers < k + 1:
         raise GraphShardingError(f"infer_by_depth(n_layers={n_layers}, probe_layers={k}): "
@@ -99,11 +101,14 @@ def infer_by_depth(build: Callable[[int], torch.nn.Module], n_layers: int,
                                  "n_layers > probe_layers")
     if memory_budget is not None and not memory_budget > 0:
         raise ValueError(f"memory_budget={memory_budget!r}: expected bytes per rank > 0")
+    if optimizer_states is None:
+        optimizer_states = 0 if optimizer is not None else 2
     seconds: dict[str, float] = {}
     graphs = {}
     for depth in (k + 1, k):
         start = time.perf_counter()
-        graphs[depth] = capture_train_step(build(depth), loss_fn, args, loss_args)
+        graphs[depth] = capture_train_step(build(depth), loss_fn, args, loss_args,
+                                           optimizer=optimizer)
         seconds[f"capture {depth}"] = time.perf_counter() - start
     start = time.perf_counter()
     problem = Problem(graphs[k + 1], mesh_shape, annotations, compute_weight=compute_weight)
