@@ -305,9 +305,10 @@ LLAMA_7B = dict(vocab_size=32000, dim=4096, n_heads=32, n_kv_heads=32, ffn_hidde
 
 def llama7b(layers: int, batch: int, seq: int, budgets: list[float]) -> None:
     """A Llama-7B-shaped training step (meta tensors: shapes only) planned by
-    ``infer_by_depth`` (Note [planning by depth]) with AdamW's two states per parameter in
-    the memory, free and under each budget (GB per rank)."""
-    from dtensor.graph import GraphShardingError, infer_by_depth
+    ``infer_by_depth`` (Note [planning by depth]) with AdamW captured in the step (its two
+    states per parameter placed by the plan and counted in the memory), free and under each
+    budget (GB per rank)."""
+    from dtensor.graph import AdamW, GraphShardingError, infer_by_depth
 
     def build(n: int) -> torch.nn.Module:
         with torch.device("meta"):
@@ -316,7 +317,7 @@ def llama7b(layers: int, batch: int, seq: int, budgets: list[float]) -> None:
     tokens = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     ann = {"input0": ShardSpec([Shard(0), R]), "tok_embeddings.weight": ShardSpec([R, Shard(0)])}
     print(f"\n## Llama-7B shapes, {layers} layers, batch {batch} x {seq} tokens, mesh {MESH}, "
-          "AdamW (2 states)\n")
+          "AdamW in the step\n")
     print("| memory budget / rank | capture + inference (wall, CPU) | bytes/step (plan) "
           "| FLOPs/rank | memory/rank: params+grads+AdamW, inputs, activations | params sharded |")
     print("|---|---:|---:|---:|---|---:|")
@@ -324,7 +325,8 @@ def llama7b(layers: int, batch: int, seq: int, budgets: list[float]) -> None:
         start, cpu = time.perf_counter(), time.process_time()
         try:
             plan = infer_by_depth(build, layers, llama.loss_fn, [tokens], [tokens], MESH, ann,
-                                  memory_budget=None if budget is None else int(budget * 1e9))
+                                  memory_budget=None if budget is None else int(budget * 1e9),
+                                  optimizer=AdamW())
         except GraphShardingError as e:  # a budget below what any layout reaches
             print(f"| {budget:g} GB | {time.perf_counter() - start:.1f} s | {e} | | | |")
             continue
