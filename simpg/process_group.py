@@ -263,6 +263,7 @@ class SimProcessGroup(dist.ProcessGroup):
             raise refuse(self.capabilities, "all_gather with tensors of different shapes",
                          f"which needs every output shaped like the input {_shape(inp)}, got "
                          f"{[_shape(o) for o in outs]}")
+
         def summary() -> str:
             return f"all_gather(input_shape={_shape(inp)}, dtype={inp.dtype})"
 
