@@ -45,6 +45,7 @@ from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
 from dtensor.foreign import check_dispatch_types
 from dtensor.layout import local_box
+from dtensor.mesh import MeshError
 from dtensor.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
@@ -393,7 +394,7 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
     for t in tensors:
         if isinstance(t, DTensor):
             if t._spec.mesh is not mesh and t._spec.mesh != mesh:
-                raise ValueError(f"{func}: DTensors on different meshes in one op: {mesh} and "
+                raise MeshError(f"{func}: DTensors on different meshes in one op: {mesh} and "
                                  f"{t._spec.mesh}; move one onto the other's mesh first with "
                                  f"x.redistribute(device_mesh=mesh, placements=...)")
             if t._pinned:

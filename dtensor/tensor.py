@@ -14,7 +14,7 @@ from dtensor.dispatch import torch_dispatch
 from dtensor.checks import check_local_shapes
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
-from dtensor.placements import Placement, Replicate, Shard, normalize_placements
+from dtensor.placements import Placement, PlacementError, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials
 
 
@@ -203,7 +203,7 @@ class DTensor(torch.Tensor):
         mesh = _compile.real_mesh(device_mesh) if device_mesh is not None else self._spec.mesh
         refuse_torch_mesh(mesh, "DTensor.redistribute")
         if placements is None:
-            raise ValueError("redistribute needs placements, one per mesh dim")
+            raise PlacementError("redistribute needs placements, one per mesh dim")
         if mesh != self._spec.mesh:  # Note [cross-mesh moves]
             from dtensor.cross_mesh import move_to_mesh
             target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)

@@ -52,6 +52,9 @@ CASES: dict[str, Callable[[Lib], Any]] = {
         torch.ones(2), _mesh(L), [L.Shard(3)]),
     # from_local, ops
     "from-local-of-a-dtensor": lambda L: L.DTensor.from_local(_sharded(L, 2), _mesh(L)),
+    "ops-on-two-meshes": lambda L: _sharded(L, 2) + L.distribute_tensor(
+        torch.ones(2), _mesh(L, 1, 2), [L.Replicate(), L.Shard(0)]),
+    "redistribute-without-placements": lambda L: _sharded(L, 2).redistribute(),
     "in-place-op-on-a-partial": lambda L: L.DTensor.from_local(
         torch.ones(4), _mesh(L), [L.Partial()]).clamp_(max=10),
     # parallel styles and plans

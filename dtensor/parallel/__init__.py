@@ -6,12 +6,17 @@ from dtensor.parallel.api import distribute_module, parallelize_module
 from dtensor.parallel.loss import LossParallelError, loss_parallel
 from dtensor.parallel.fsdp import FSDPModule, fully_shard, replicate, state_bytes
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
-from dtensor.parallel.errors import FullyShardError, ParallelPlanError, ParallelStyleError
+from dtensor.parallel.errors import (AlreadyParallelizedError, FullyShardError,
+                                     ParallelPlanError, ParallelPlanTypeError,
+                                     ParallelStyleError, StyleLayoutsError,
+                                     UnsupportedModuleError)
 from dtensor.parallel.styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
                                      PrepareModuleInputOutput, PrepareModuleOutput,
                                      RowwiseParallel, SequenceParallel)
 
 __all__ = [
+    "AlreadyParallelizedError", "ParallelPlanTypeError", "StyleLayoutsError",
+    "UnsupportedModuleError",
     "ColwiseParallel", "FSDPModule", "FullyShardError", "LossParallelError",
     "MixedPrecisionPolicy",
     "ParallelPlanError", "ParallelStyle", "ParallelStyleError", "PrepareModuleInput",
