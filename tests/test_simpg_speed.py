@@ -93,3 +93,32 @@ def test_pinned_rank_threads_run_without_wakeup_preemption() -> None:
 
     assert simpg.run(policy, 2) == [os.SCHED_BATCH] * 2
     assert simpg.run(policy, 2, pin_threads=False) == [os.sched_getscheduler(0)] * 2
+
+
+def test_a_reduce_op_checked_for_one_dtype_is_checked_again_for_another() -> None:
+    """Note [lean issue]: the check is remembered per (reduce op, dtype), never per op alone."""
+    def body() -> str:
+        t = torch.ones(2)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)  # checked once, remembered
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        try:
+            dist.all_reduce(torch.ones(2, dtype=torch.int64), op=dist.ReduceOp.AVG)
+        except ValueError as e:
+            return str(e)
+        return "no error"
+
+    out = simpg.run(body, 2)
+    assert all("'avg' does not support dtype torch.int64" in msg for msg in out), out
+
+
+def test_a_refused_reduce_op_is_refused_every_time() -> None:
+    def body() -> list[str]:
+        errors = []
+        for _ in range(2):
+            try:
+                dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG)
+            except simpg.UnsupportedCollectiveError as e:
+                errors.append(type(e).__name__)
+        return errors
+
+    assert simpg.run(body, 2, capabilities="portable") == [["UnsupportedCollectiveError"] * 2] * 2
