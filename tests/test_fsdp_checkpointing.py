@@ -115,7 +115,8 @@ def _tensor_parallel_body() -> tuple[list[float], dict]:
 
 def test_recomputation_gathers_nothing_more():
     """Per block and step: one all-gather in the forward, one before its backward (freed
-    after forward), one reduce-scatter; the recomputed forward reuses the second gather."""
+    after forward; block 0's is prefetched by block 1's backward, Note [prefetch]), one
+    reduce-scatter; the recomputed forward reuses the second gather."""
 
     def body(use_checkpoint: bool) -> list[str]:
         mesh = init_device_mesh("cpu", (2,))
@@ -129,8 +130,7 @@ def test_recomputation_gathers_nothing_more():
         return [r.op for r in t.records]
 
     plain, checkpointed = simpg.run(body, 2, False)[0], simpg.run(body, 2, True)[0]
-    assert checkpointed == plain == ["all_gather", "all_gather", "all_gather",
-                                     "reduce_scatter", "all_gather", "reduce_scatter"]
+    assert checkpointed == plain == ["all_gather"] * 4 + ["reduce_scatter"] * 2
 
 
 def test_a_frozen_module_is_not_left_in_backward():

@@ -14,7 +14,23 @@ its own, and the gather is one all-gather over dp. ``[Shard(0), Shard(0)]`` woul
 by dp first and by tp inside each dp chunk, so a tp rank's piece is spread over dp ranks'
 chunks and gathering it needs an all-to-all over the whole mesh first (torch's FSDP2 keeps
 dim 0 and adds a strided placement to express the other nesting). Only a 1-d parameter
-sharded by tp (a column-wise bias) nests, with the extra exchange.
+sharded by tp (a column-wise bias) nests: Note [nested dp inside tp].
+
+Note [nested dp inside tp]
+A 1-d parameter sharded by tp (a column-wise bias, ``Shard(0)`` on tp) leaves no dim whole,
+so dp must cut dim 0 too. On the mesh ``(dp, tp)`` that is ``[Shard(0), Shard(0)]``: dp cuts
+first, so tp rank t's piece is spread over several tp ranks' stores and no all-gather over
+dp alone rebuilds it. We store it instead on the same ranks with the dp dim last, the
+sub-mesh ``mesh['tp', 'dp']`` (dims moved, no new group: its dim groups are the root's),
+as ``[Shard(0), Shard(0)]`` there: tp cuts first, dp cuts each tp piece, which is torch's
+``[_StridedShard(0, split_factor=tp), Shard(0)]`` on ``(dp, tp)`` said with placements we
+have. Every dp peer's piece then lies inside this rank's tp piece, so the parameter rides the
+module's one all-gather and one reduce-scatter (Note [one collective per module] groups by
+process group, not by mesh object). The stored DTensor is an ordinary one on that mesh:
+``full_tensor``, checkpoints and the optimizer's foreach ops (split by mesh) see the true
+values. Ops that join tensors of two meshes (``clip_grad_norm_``'s stack of per-parameter
+norms) see two meshes, as they would for any two. Needs a mesh with dim names; without them
+the parameter keeps ``[Shard(0), Shard(0)]`` on the root and is gathered on its own.
 
 Note [HSDP]
 Given a 2-d mesh, ``fully_shard`` shards over its second dim and replicates over its first
@@ -50,7 +66,7 @@ from torch import nn
 from dtensor.layout import box_shape, local_box
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
-from dtensor.parallel.fsdp_comm import GradPiece, Pieces, pieces_of
+from dtensor.parallel.fsdp_comm import GradPiece, PendingGather, Pieces, pieces_of
 from dtensor.parallel.fsdp_hooks import after_forward, before_forward
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.placements import Partial, Placement, Replicate, Shard
@@ -85,7 +101,7 @@ class _Managed:
         return [m for m in range(self.mesh.ndim) if m not in self.dp_dims]
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: states sit in lists of each other
 class _State:
     module: nn.Module
     mode: str  # "shard" or "replicate"
@@ -96,6 +112,12 @@ class _State:
     is_root: bool | None = None  # decided at the first forward (Note [free after forward])
     in_backward: bool = False  # Note [recomputed forward]
     requires_gradient_sync: bool = True  # Note [gradient accumulation]
+    # Note [prefetch]
+    forward_prefetch: list[_State] = field(default_factory=list)
+    backward_prefetch: list[_State] | None = None  # None: the previous module in forward order
+    prefetched: PendingGather | None = None  # the next forward's gather, issued early
+    regathering: PendingGather | None = None  # the backward's regather, issued early
+    forward_order: list[_State] | None = None  # every module's, in post-forward order
 
 
 class FSDPModule:
@@ -127,6 +149,41 @@ class FSDPModule:
             state = data_parallel_state(module)
             if state is not None:
                 state.requires_gradient_sync = requires_gradient_sync
+
+
+    def set_modules_to_forward_prefetch(self, modules: list[FSDPModule]) -> None:
+        """Issue the gathers of ``modules`` right after this module's own, before its forward
+        computes (Note [prefetch]); torch's name. Each prefetched module holds its gathered
+        parameters from then until its own forward frees them."""
+        self._state_of_self("set_modules_to_forward_prefetch").forward_prefetch = \
+            _states_of(modules, "set_modules_to_forward_prefetch")
+
+    def set_modules_to_backward_prefetch(self, modules: list[FSDPModule]) -> None:
+        """Issue the backward regathers of ``modules`` right after this module's own, before
+        its backward computes (Note [prefetch]); torch's name. Replaces the default, which
+        prefetches the module that ran just before this one in the forward."""
+        self._state_of_self("set_modules_to_backward_prefetch").backward_prefetch = \
+            _states_of(modules, "set_modules_to_backward_prefetch")
+
+    def _state_of_self(self, what: str) -> _State:
+        assert isinstance(self, nn.Module)
+        state = data_parallel_state(self)
+        assert state is not None, f"{what}: an FSDPModule without its state"
+        return state
+
+
+def _states_of(modules: Any, what: str) -> list[_State]:
+    if isinstance(modules, nn.Module) or not isinstance(modules, (list, tuple)):
+        raise FullyShardError(f"{what}: expected a list of modules passed to fully_shard, got "
+                              f"{type(modules).__name__}")
+    states = []
+    for module in modules:
+        state = data_parallel_state(module) if isinstance(module, nn.Module) else None
+        if state is None:
+            raise FullyShardError(f"{what}: expected modules passed to fully_shard or "
+                                  f"replicate, got {type(module).__name__}, which is not")
+        states.append(state)
+    return states
 
 
 _fsdp_classes: dict[type, type] = {}
@@ -264,6 +321,11 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     else:
         compute_mesh = param.device_mesh
         mesh, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name, what)
+        nested = _nested_layout(mesh, placements, dp_dims)
+        if nested is not None:  # Note [nested dp inside tp]
+            mesh, placements, dp_dims = nested
+            replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None
+            dp_dim = dp_dims[-1]
         tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
         source = tuple(param.placements[tp_dims.index(m)] if m in tp_dims else Replicate()
                        for m in range(mesh.ndim))
@@ -318,6 +380,24 @@ def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placemen
         raise FullyShardError(f"{where} with Partial placements: expected a parameter "
                               f"holding values, not pending sums")
     return root, tuple(placements)
+
+
+def _nested_layout(root: DeviceMesh, placements: tuple[Placement, ...],
+                   dp_dims: tuple[int, ...]
+                   ) -> tuple[DeviceMesh, tuple[Placement, ...], tuple[int, ...]] | None:
+    """Note [nested dp inside tp]: for a parameter whose dp shard dim is also sharded by tp,
+    the same placements on ``root`` with the dp shard dim moved last, so dp cuts inside each
+    tp piece; None if no tp dim shards that dim (or the mesh has no names to slice by)."""
+    dp_dim = dp_dims[-1]
+    dp_placement = placements[dp_dim]
+    if not isinstance(dp_placement, Shard) or root.mesh_dim_names is None:
+        return None
+    if not any(p == dp_placement for m, p in enumerate(placements) if m not in dp_dims):
+        return None
+    order = [m for m in range(root.ndim) if m != dp_dim] + [dp_dim]
+    mesh = root[tuple(root.mesh_dim_names[m] for m in order)]
+    return (mesh, tuple(placements[m] for m in order),
+            tuple(order.index(m) for m in dp_dims))
 
 
 def state_bytes(params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer | None = None

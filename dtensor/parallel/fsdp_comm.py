@@ -14,14 +14,14 @@ one all-reduce. Under HSDP (Note [HSDP]) the reduced flat buffer is all-reduced 
 across the replicas.
 
 This needs each dp rank's stored piece to lie inside this rank's gathered piece, which holds
-unless tensor parallelism shards the same dim that dp shards (a 1-d column-wise bias, Note
-[fully_shard layout]); such a parameter is gathered on its own by redistribute.
+for every layout ``fully_shard`` makes when the mesh has dim names (Note [nested dp inside
+tp]); a parameter whose pieces do not tile is gathered on its own by redistribute.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -74,11 +74,15 @@ def is_sharded_over_dp(m: _Managed) -> bool:
 
 def _groups(ms: Sequence[_Managed], dtypes: Sequence[torch.dtype],
             which: Sequence[int]) -> list[list[int]]:
-    """``which`` split into runs that can share one collective: same mesh, dims and dtype."""
+    """``which`` split into runs that can share one collective: the same dp group (and
+    replica group) and dtype, whichever mesh object each parameter is stored on (Note [nested
+    dp inside tp] stores some on a sub-mesh with the dims moved: the same groups)."""
     out: dict[tuple, list[int]] = {}
     for i in which:
         m = ms[i]
-        out.setdefault((id(m.mesh), m.dp_dim, m.replicate_dim, dtypes[i]), []).append(i)
+        replicas = None if m.replicate_dim is None else m.mesh.get_group(m.replicate_dim)
+        key = (id(m.mesh.get_group(m.dp_dim)), id(replicas), dtypes[i])
+        out.setdefault(key, []).append(i)
     return list(out.values())
 
 
@@ -86,33 +90,80 @@ def gather_all(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> list
     """Each parameter's gathered piece (Replicate over dp), cast to ``dtype`` first (Note
     [mixed precision in fully_shard]), one all-gather per group. A parameter replicated over
     dp is its stored piece itself when no cast is needed."""
+    return issue_gather(ms, dtype).wait()
+
+
+class PendingGather:
+    """A gather issued and not yet waited for (Note [prefetch]): ``wait()`` finishes the
+    all-gathers and assembles each parameter's gathered piece. It remembers which stored
+    tensors, at which versions, it read: ``is_current()`` is False once one was replaced
+    (``to_empty``, ``load_state_dict``) or stepped in place (an optimizer)."""
+
+    def __init__(self, ms: Sequence[_Managed], dtype: torch.dtype | None,
+                 finish: Callable[[], list[torch.Tensor]]) -> None:
+        self.ms = list(ms)
+        self.dtype = dtype
+        self._sources = [_version_of(m) for m in ms]
+        self._finish: Callable[[], list[torch.Tensor]] | None = finish
+
+    def is_current(self, ms: Sequence[_Managed], dtype: torch.dtype | None) -> bool:
+        return (dtype == self.dtype and len(ms) == len(self.ms)
+                and all(a is b for a, b in zip(ms, self.ms))
+                and all(_version_of(m) == v for m, v in zip(ms, self._sources)))
+
+    def wait(self) -> list[torch.Tensor]:
+        if self._finish is None:
+            raise RuntimeError("PendingGather.wait() called twice")
+        out, self._finish = self._finish(), None
+        return out
+
+
+def _version_of(m: _Managed) -> tuple:
+    """What changes when the stored parameter does: an in-place op on the DTensor bumps its
+    own version counter (not always its local tensor's)."""
+    local = m.param._local_tensor
+    return (id(m.param), m.param._version, id(local), local._version)
+
+
+def issue_gather(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> PendingGather:
+    """``gather_all`` split at the collective: the all-gathers are issued now (async_op=True,
+    so a real backend runs them while the caller computes), assembled on ``wait()``."""
     out: list[torch.Tensor | None] = [None] * len(ms)
     stored = [m.param._local_tensor if dtype is None else m.param._local_tensor.to(dtype)
               for m in ms]
     for i, m in enumerate(ms):
         if not is_sharded_over_dp(m):
             out[i] = stored[i]
-        elif m.pieces is None:  # nested on the dp dim: on its own
+        elif m.pieces is None:  # pieces that do not tile: on its own, at once
             spec = m.param._spec
             out[i] = redistribute_local_tensor(stored[i], m.mesh, spec.placements,
                                                compute_placements(m), spec.shape)
     with_pieces = [i for i, m in enumerate(ms) if m.pieces is not None]
+    issued = []
     for idx in _groups(ms, [t.dtype for t in stored], with_pieces):
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
         mine = torch.cat([stored[i].reshape(-1) for i in idx])
         sizes = [(sum(_numel(ms[i].pieces.shapes[j]) for i in idx),) for j in range(n)]
-        flats = comm.all_gather(mine, sizes, first.mesh.get_group(first.dp_dim))
-        offsets = [0] * n
-        for i in idx:
-            p = ms[i].pieces
-            full = mine.new_empty(p.gathered_shape)
-            for j in range(n):
-                k = _numel(p.shapes[j])
-                full[p.slices[j]] = flats[j][offsets[j]:offsets[j] + k].view(p.shapes[j])
-                offsets[j] += k
-            out[i] = full
-    return out  # type: ignore[return-value]
+        handle = comm.all_gather(mine, sizes, first.mesh.get_group(first.dp_dim),
+                                 async_op=True)
+        issued.append((idx, n, mine, handle))
+
+    def finish() -> list[torch.Tensor]:
+        for idx, n, mine, handle in issued:
+            flats = handle.wait()
+            offsets = [0] * n
+            for i in idx:
+                p = ms[i].pieces
+                full = mine.new_empty(p.gathered_shape)
+                for j in range(n):
+                    k = _numel(p.shapes[j])
+                    full[p.slices[j]] = flats[j][offsets[j]:offsets[j] + k].view(p.shapes[j])
+                    offsets[j] += k
+                out[i] = full
+        return out  # type: ignore[return-value]
+
+    return PendingGather(ms, dtype, finish)
 
 
 def grad_pieces(ms: Sequence[_Managed], grads: Sequence[torch.Tensor | None],

@@ -35,6 +35,37 @@ Note [gradient accumulation]
 gradients unreduced, in the gathered layout (in ``reduce_dtype`` when one is set), summed
 over micro-batches; the first backward with sync on adds them to its own and reduce-scatters
 the sum once. ``param.grad`` is untouched until then.
+
+Note [prefetch]
+Torch's names and defaults. Backward, by default: a module's pre-backward hook regathers its
+own parameters, then issues the regather of the module that ran just before it in the
+forward (the next to run backward; the order is recorded as the forward's modules end), so
+that gather is in flight while this module's backward computes.
+``set_modules_to_backward_prefetch(modules)`` replaces that choice (``[]``: none).
+Forward: ``set_modules_to_forward_prefetch(modules)`` issues their gathers right after this
+module's own, before its forward computes; there is no implicit forward prefetch (torch's
+comes from the CPU running ahead of separate all-gather streams, below). A prefetch is an
+``issue_gather``: the all-gathers go out with ``async_op=True`` and the pieces are assembled
+when the module first needs them (its pre-forward, its pre-backward). It is always waited
+for: a prefetch of parameters stepped or replaced since (versions differ) is waited and
+dropped, then gathered again; a backward prefetch whose module's backward never runs is
+waited at the end of the backward. Memory: a module holds gathered parameters from its
+prefetch until its own free, so at most the computing module and those prefetched at once.
+
+What overlaps where. simpg completes a collective when its last rank issues it, so on simpg
+only the order changes (tests/test_fsdp_prefetch.py checks it through each record's per-rank
+issue time). dtensor.comm issues every collective with ``async_op=True`` and waits at once
+unless asked not to; prefetch asks. On NCCL an issued collective runs on the group's NCCL
+stream after the work already queued on the current stream, and ``wait()`` makes the
+current stream (not the CPU) wait for it. So a gather issued before a module's compute is
+queued runs during that compute: the explicit forward prefetch and the implicit backward one
+overlap for real. A gather issued in the next module's own pre-forward does not: its NCCL
+stream waits for the compute queued before it (torch avoids that with a separate all-gather
+stream and a copy-in event; we have none). On gloo an async collective runs on gloo's
+threads, beside the compute. Not built: reduce-scatters are waited at once (their NCCL
+stream waits for the module's gradients, and the next module's backward waits for them);
+overlapping them needs ``reduce_scatter(..., async_op=True)`` waited at the end of the
+backward (a ``queue_callback``) with the gradient buffers kept alive until then.
 """
 
 from __future__ import annotations
@@ -46,7 +77,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from dtensor.parallel.fsdp_comm import (add_grad_pieces, gather_all, grad_pieces,
-                                        reduce_scatter_all)
+                                        issue_gather, reduce_scatter_all)
 from dtensor.parallel.mixed_precision import cast_floating
 from dtensor.spec import DTensorSpec
 from dtensor.tensor import DTensor
@@ -65,7 +96,9 @@ class _GatherModule(torch.autograd.Function):
         ctx.state = state
         ctx.set_materialize_grads(False)  # an unused parameter gets no gradient, not zeros
         with torch.no_grad():
-            gathered = gather_all(state.params, state.mp.param_dtype)
+            gathered = _take_prefetched(state)
+            if gathered is None:
+                gathered = gather_all(state.params, state.mp.param_dtype)
         outs = []
         for m, local in zip(state.params, gathered):
             m.gathered = local
@@ -123,14 +156,20 @@ def _free(m: _Managed) -> None:
         m.gathered.untyped_storage().resize_(0)
 
 
+def _freed(state: _State) -> list[_Managed]:
+    return [m for m in state.params if m.owns_gathered and m.gathered is not None
+            and m.gathered.untyped_storage().size() == 0]
+
+
 def _regather(state: _State) -> None:
-    """Gather the freed parameters again, into the same storage (Note [free after forward])."""
-    freed = [m for m in state.params if m.owns_gathered and m.gathered is not None
-             and m.gathered.untyped_storage().size() == 0]
-    if not freed:
-        return
+    """Gather the freed parameters again, into the same storage (Note [free after forward]),
+    from the regather a prefetch issued if there is one (Note [prefetch])."""
+    pending, state.regathering = state.regathering, None
+    freed = _freed(state)
     with torch.no_grad():
-        fresh = gather_all(freed, state.mp.param_dtype)
+        fresh = None if pending is None else pending.wait()  # always waited, even if unused
+        if pending is None or not pending.is_current(freed, state.mp.param_dtype):
+            fresh = gather_all(freed, state.mp.param_dtype) if freed else []
     for m, new in zip(freed, fresh):
         g = m.gathered
         assert g is not None
@@ -152,6 +191,9 @@ def _restore_stored(state: _State) -> None:
 # -- hooks -----------------------------------------------------------------------------------
 _forwards_open: contextvars.ContextVar[int] = contextvars.ContextVar("dtensor_fsdp_open",
                                                                      default=0)
+# the data-parallel modules of the running forward, in the order their forwards ended
+_forward_order: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "dtensor_fsdp_order", default=None)
 
 
 def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -166,13 +208,64 @@ def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dic
         return args, kwargs
     if state.is_root is None:  # the outermost data-parallel module of the first forward
         state.is_root = _forwards_open.get() == 0
+    if _forwards_open.get() == 0:
+        _forward_order.set([])
     _forwards_open.set(_forwards_open.get() + 1)
     for m in state.params:  # to_empty() or load_state_dict() may have put new ones there
         m.param = m.owner._parameters[m.name]
     outs = _GatherModule.apply(state, *[m.param for m in state.params])
     for m, gathered in zip(state.params, outs):
         m.owner._parameters[m.name] = gathered
+    for target in state.forward_prefetch:  # after this module's gather, before its compute
+        _prefetch_forward(target)
     return args, kwargs
+
+
+# -- prefetch (Note [prefetch]) --------------------------------------------------------------
+def _take_prefetched(state: _State) -> list[torch.Tensor] | None:
+    """The gathered pieces a forward prefetch issued, if they are of the current stored
+    parameters; the work is waited for either way (never left in flight)."""
+    pending, state.prefetched = state.prefetched, None
+    if pending is None:
+        return None
+    gathered = pending.wait()
+    return gathered if pending.is_current(state.params, state.mp.param_dtype) else None
+
+
+def _prefetch_forward(target: _State) -> None:
+    if target.prefetched is not None or target.in_backward:
+        return
+    stored = [m.owner._parameters[m.name] for m in target.params]
+    if not all(isinstance(p, torch.nn.Parameter) for p in stored):
+        return  # its forward is running (an enclosing module): its parameters are gathered
+    for m, p in zip(target.params, stored):
+        m.param = p  # type: ignore[assignment]
+    with torch.no_grad():
+        target.prefetched = issue_gather(target.params, target.mp.param_dtype)
+
+
+def _backward_targets(state: _State) -> list[_State]:
+    if state.backward_prefetch is not None:
+        return state.backward_prefetch
+    order = state.forward_order or []
+    at = next((i for i, s in enumerate(order) if s is state), 0)
+    return [order[at - 1]] if at > 0 else []  # the next module to run backward
+
+
+def _prefetch_backward(target: _State) -> None:
+    freed = _freed(target)
+    if target.regathering is not None or not freed:
+        return
+    with torch.no_grad():
+        target.regathering = issue_gather(freed, target.mp.param_dtype)
+    # a target whose backward does not run (frozen, unused) must not keep work in flight
+    torch.autograd.Variable._execution_engine.queue_callback(lambda: _drop_regather(target))
+
+
+def _drop_regather(target: _State) -> None:
+    pending, target.regathering = target.regathering, None
+    if pending is not None:
+        pending.wait()
 
 
 def after_forward(state: _State, out: Any) -> Any:
@@ -180,6 +273,9 @@ def after_forward(state: _State, out: Any) -> Any:
     if state.in_backward:  # a recomputation that ran to the end: the backward frees
         return out
     _forwards_open.set(max(_forwards_open.get() - 1, 0))
+    state.forward_order = _forward_order.get()
+    if state.forward_order is not None:
+        state.forward_order.append(state)
     _restore_stored(state)
     outputs = [t for t in pytree.tree_leaves(out)
                if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -204,6 +300,8 @@ def _before_backward(state: _State) -> None:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: _end_backward(state))
     state.in_backward = True
     _regather(state)
+    for target in _backward_targets(state):  # after this module's regather, before its compute
+        _prefetch_backward(target)
 
 
 def _end_backward(state: _State) -> None:
