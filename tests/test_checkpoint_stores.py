@@ -207,3 +207,25 @@ def test_saving_into_the_version_a_link_publishes_is_refused(tmp_path):
     with pytest.raises(dcp.SaveFailedError, match="is a version directory that the link 'ck'"):
         dcp.save({"w": torch.ones(1)}, os.path.realpath(link))
     _assert_holds(link, 0.0)
+
+
+def test_async_save_over_a_copied_folder(tmp_path):
+    link = str(tmp_path / "ck")
+    _save(link, 0.0)
+    copy = str(tmp_path / "copied")
+    shutil.copytree(os.path.realpath(link), copy)
+
+    def body():
+        import torch.distributed as dist
+
+        state = _state(dtensor.init_device_mesh("cpu", (2, 4)), 6.0)
+        future = dcp.async_save(state, copy)
+        state["w"].to_local().zero_()
+        dist.barrier()
+        return future.result().version
+
+    versions = simpg.run(body, WORLD)
+    assert os.listdir(copy) == [os.path.basename(versions[0])]
+    left = os.listdir(versions[0])
+    assert "metadata.json" in left and not [n for n in left if n.endswith(".tmp")], left
+    _assert_holds(copy, 6.0)
