@@ -1,7 +1,8 @@
 """dtensor.checkpoint on real gloo processes: 4 processes save from a 2x2 mesh (uneven,
 replicated and Partial pieces), load 4-way column-sharded, and one plain process loads the
-same checkpoint: bit for bit the saved tensors, as on simpg. This file is also the program
-the processes run:
+same checkpoint: bit for bit the saved tensors, as on simpg; an async_save with the next
+step's update and collective while it is in flight saves the values at the call. This file
+is also the program the processes run:
 
     python tests/test_checkpoint_gloo.py RANK WORLD_SIZE STORE_PORT OUT_PATH
 """
@@ -32,6 +33,13 @@ def program(path: str) -> dict[str, torch.Tensor]:
              "b": DTensor.from_local(part, mesh, [Partial(), Replicate()], shape=(6,)),
              "meta": {"step": 3}}
     dcp.save(state, path)
+    # async_save: the next step changes w in place and runs a collective on the same group
+    # while the save is in flight (Note [async save]: the save's collectives are all done)
+    future = dcp.async_save(state, path + "-async")
+    state["w"].to_local().add_(100)
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    future.result()
     flat = dtensor.init_device_mesh("cpu", (4,))
     target = {"w": dtensor.zeros(7, 5, dtype=torch.float64, device_mesh=flat,
                                  placements=[Shard(1)]),
@@ -39,8 +47,11 @@ def program(path: str) -> dict[str, torch.Tensor]:
                                  placements=[Replicate()]),
               "meta": {}}
     dcp.load(target, path)
+    w_async = dtensor.zeros(7, 5, dtype=torch.float64, device_mesh=flat, placements=[Shard(0)])
+    dcp.load({"w": w_async}, path + "-async")
     return {"w": target["w"].full_tensor(), "b": target["b"].to_local(),
-            "step": torch.tensor(target["meta"]["step"])}
+            "step": torch.tensor(target["meta"]["step"]), "w_async": w_async.full_tensor(),
+            "total": total}
 
 
 def test_the_same_program_on_simpg(tmp_path):
@@ -48,6 +59,7 @@ def test_the_same_program_on_simpg(tmp_path):
 
     for r in simpg.run(program, 4, str(tmp_path / "ck")):
         assert torch.equal(r["w"], W) and torch.equal(r["b"], B) and r["step"].item() == 3
+        assert torch.equal(r["w_async"], W) and r["total"].item() == 4
 
 
 @pytest.mark.gloo
@@ -57,6 +69,7 @@ def test_save_and_load_on_gloo_processes(tmp_path):
     results = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=180.0)
     for r in results:
         assert torch.equal(r["w"], W) and torch.equal(r["b"], B) and r["step"].item() == 3
+        assert torch.equal(r["w_async"], W) and r["total"].item() == 4
     state = {"w": torch.zeros(7, 5, dtype=torch.float64), "b": torch.zeros(6, dtype=B.dtype),
              "meta": {}}
     dcp.load(state, tmp_path / "ck")  # one process, no process group
