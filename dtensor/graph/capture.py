@@ -69,7 +69,7 @@ def _trace(fn: Callable[..., Any], flat: Sequence[torch.Tensor]) -> fx.GraphModu
     try:
         with capturing():
             gm = make_fx(fn, tracing_mode="fake")(*flat)
-        if any(_mutates(n) for n in gm.graph.nodes):
+        if any(_mutates(n) for n in gm.graph.nodes) and not _out_of_place(gm):
             # again, out of place: the first trace ran autograd (functionalize's wrappers
             # cannot require grad), this one sees only the aten graph
             gm = make_fx(functionalize(gm, remove="mutations"),
@@ -78,6 +78,37 @@ def _trace(fn: Callable[..., Any], flat: Sequence[torch.Tensor]) -> fx.GraphModu
     except Exception as e:  # noqa: BLE001 - say what could not be captured, keep the cause
         raise CaptureError(f"could not trace {getattr(fn, '__name__', fn)} into an aten graph: "
                            f"{type(e).__name__}: {e}") from e
+
+
+def _out_of_place(gm: fx.GraphModule) -> bool:
+    """Rewrite each in-place op on a fresh value (``mean.add_(eps)`` inside ``rms_norm``) to
+    its out-of-place overload, later readers reading the new value; True if every mutation
+    was of that kind: a value no op reads but the mutation, made by an op that is not a view
+    (else the graph is left as it was: functionalize handles the rest).
+    Cheaper than tracing again: the layers of a model repeat one such op each."""
+    rewrites = []
+    for node in gm.graph.nodes:
+        if not _mutates(node):
+            continue
+        target = _functional_overload(node.target)
+        base = node.args[0] if node.args else None
+        if (target is None or not isinstance(base, fx.Node) or base.op != "call_function"
+                or getattr(base.target, "is_view", True) or len(base.users) != 1):
+            return False
+        rewrites.append((node, target))
+    for node, target in rewrites:
+        node.target = target  # the result is the updated value; the base had no other reader
+    gm.recompile()
+    return True
+
+
+def _functional_overload(op: Any) -> Any:
+    """``aten.add_.Scalar`` -> ``aten.add.Scalar`` (None if there is none)."""
+    name = getattr(op, "_schema", None) and op._schema.name.split("::")[-1]
+    if not name or not name.endswith("_") or name.startswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None
 
 
 def _mutates(node: fx.Node) -> bool:
