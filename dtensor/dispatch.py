@@ -459,7 +459,10 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
 # would just write it; so do we: the target is first redistributed, in place, to the
 # placement the cheapest strategy wants, then the op runs as usual. Only a target whose piece
 # nothing else shares is moved: a view taken from it earlier holds the old piece and would not
-# see the write, so there the ShardingError stands. Pinned targets never move.
+# see the write, so there the ShardingError stands. Pinned targets never move. A piece that
+# from_local took from the caller is shared with the caller's plain tensor only: it moves to
+# the cheapest placement that keeps its local shape (a Partial reduced to Replicate), written
+# into its own storage, so the caller's tensor sees the result as it sees any in-place op.
 def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, mesh: Any,
                       pinned: frozenset[int] | None, DTensor: type) -> bool:
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
@@ -467,10 +470,22 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
     if not written or (pinned and written & pinned):
         return False
     targets = [tensors[i] for i in written]
-    if not all(type(t) is DTensor and _sole_owner(t._local_tensor) for t in targets):
+    if not all(type(t) is DTensor for t in targets):
+        return False
+    sharers = [_sharers(t._local_tensor) for t in targets]
+    # from_local's piece is a view of the caller's tensor: moved in place (its storage kept,
+    # so the caller's tensor sees the result, as it sees any in-place op), never replaced
+    in_place_only = any(n == 1 and t._local_tensor._base is not None
+                        for n, t in zip(sharers, targets))
+    if any(n > 1 or (n == 1 and t._local_tensor._base is None)
+           for n, t in zip(sharers, targets)):
         return False
     for cand in candidates(op):
         moved = {i: cand.inputs[i] for i in written}
+        if in_place_only and any(
+                t._spec.with_placements(moved[i]).local_shape() != tuple(t._local_tensor.shape)
+                for i, t in zip(written, targets)):
+            continue
         specs = [dataclasses.replace(t, placements=moved[i]) if i in moved else t
                  for i, t in enumerate(op.tensors())]
         try:
@@ -479,18 +494,22 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
             continue
         for i in written:
             t = tensors[i]
-            t._local_tensor = redistribute_local_tensor(
+            local = redistribute_local_tensor(
                 t._local_tensor, mesh, t._spec.placements, moved[i], t._spec.shape)
+            if in_place_only:
+                t._local_tensor.copy_(local)
+            else:
+                t._local_tensor = local
             t._spec = t._spec.with_placements(moved[i])
             t._tspec = t._spec.tensor
         return True
     return False
 
 
-def _sole_owner(local: torch.Tensor) -> bool:
-    """No other tensor shares this piece's storage (the storage object made to ask counts
-    one; the piece itself one)."""
-    return torch._C._storage_Use_Count(local.untyped_storage()._cdata) <= 2
+def _sharers(local: torch.Tensor) -> int:
+    """How many other tensors share this piece's storage (the storage object made to ask
+    counts one, the piece itself one)."""
+    return torch._C._storage_Use_Count(local.untyped_storage()._cdata) - 2
 
 
 def _respec(op: OpSpec, specs: list[TensorSpec]) -> OpSpec:

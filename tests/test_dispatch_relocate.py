@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dtensor import DTensor, Partial, Shard, distribute_tensor, fallback_policy
+from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import ShardingError
 from mesh_world import run_on_mesh as _world
 
@@ -46,14 +46,30 @@ def test_mvlgamma_backward_runs_without_the_fallback():
         torch.testing.assert_close(grad, ref.grad)
 
 
-@pytest.mark.parametrize("hold", ["view", "pin", "from_local"])
+@pytest.mark.parametrize("op", ["digamma_", "clamp_"])
+def test_from_locals_piece_is_reduced_in_place_and_the_callers_tensor_sees_it(op):
+    def body(mesh):
+        mine = VALUES.clone()
+        x = DTensor.from_local(mine, mesh, [Partial()])
+        with fallback_policy("error"):
+            y = x.digamma_() if op == "digamma_" else x.clamp_(max=5.0)
+        return y is x, x.placements, x.full_tensor(), mine
+
+    want = torch.digamma(VALUES * 2) if op == "digamma_" else (VALUES * 2).clamp(max=5.0)
+    for same, placements, value, mine in _world((2,), body):
+        assert same and placements == (Replicate(),)  # the only move that keeps the piece
+        torch.testing.assert_close(value, want)
+        torch.testing.assert_close(mine, want)  # the caller's tensor is the piece still
+
+
+@pytest.mark.parametrize("hold", ["view", "pin", "from_local_and_a_view"])
 def test_a_target_something_else_shares_is_not_moved(hold):
     def body(mesh):
-        if hold == "from_local":  # the caller's tensor is the piece
+        if hold == "from_local_and_a_view":  # the caller's tensor and a DTensor view of it
             x = DTensor.from_local(VALUES.clone(), mesh, [Partial()])
         else:
             x = _partial(mesh)
-        keep = x.view(3) if hold == "view" else None
+        keep = x.view(3) if hold != "pin" else None
         if hold == "pin":
             x.pin()
         with pytest.raises(ShardingError, match=r"moves only when it is not pinned and no view"):

@@ -55,8 +55,6 @@ CASES: dict[str, Callable[[Lib], Any]] = {
     "ops-on-two-meshes": lambda L: _sharded(L, 2) + L.distribute_tensor(
         torch.ones(2), _mesh(L, 1, 2), [L.Replicate(), L.Shard(0)]),
     "redistribute-without-placements": lambda L: _sharded(L, 2).redistribute(),
-    "in-place-op-on-a-partial": lambda L: L.DTensor.from_local(
-        torch.ones(4), _mesh(L), [L.Partial()]).clamp_(max=10),
     # parallel styles and plans
     "plan-not-a-style-or-dict": lambda L: _parallelize(L, nn.Linear(2, 2), ["colwise"]),
     "plan-value-not-a-style": lambda L: _parallelize(L, nn.Sequential(nn.Linear(2, 2)),
