@@ -1,17 +1,31 @@
 """A tensor-parallel-sharded 1-d parameter under fully_shard (Note [nested dp inside tp] in
 dtensor/parallel/fsdp.py): stored with dp cutting inside each tp piece, it rides the
 module's one all-gather and one reduce-scatter; training equals one device on even and
-uneven sizes."""
+uneven sizes. On real gloo processes too, with forward and backward prefetch (their gathers
+then really are asynchronous): this file is also the program they run,
+
+    python tests/test_fsdp_nesting.py RANK WORLD_SIZE STORE_PORT OUT_PATH
+"""
 
 from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
 
-import simpg
-from dtensor import Shard, fallback_policy, init_device_mesh
-from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
-from tests.test_fully_shard import Net, _train
+if __name__ == "__main__":  # run as a gloo rank's program: tests/ and gloo_main importable
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
+                    str(Path(__file__).resolve().parent / "programs")]
+import simpg  # noqa: E402
+from dtensor import Shard, fallback_policy, init_device_mesh  # noqa: E402
+from dtensor.parallel import (ColwiseParallel, RowwiseParallel, fully_shard,  # noqa: E402
+                              parallelize_module)
+from tests.test_fully_shard import Net, _train  # noqa: E402
+
+X = torch.randn(6, 5, 8, generator=torch.Generator().manual_seed(0))
 
 
 def _build(mesh_shape: tuple[int, int]) -> tuple[Net, object]:
@@ -54,22 +68,45 @@ def test_a_tp_sharded_bias_rides_the_modules_one_gather_and_one_reduce_scatter()
 def test_training_with_nested_biases_equals_one_device(mesh_shape):
     """14 bias rows: over tp=2 then dp=3, pieces 3,2,2; over tp=3 (5,5,4) then dp=2."""
     dp, tp = mesh_shape
-    x = torch.randn(6, 5, 8, generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     ref = Net()
-    ref_losses = _train(ref, x, 3)
-
-    def body() -> tuple:
-        model, mesh = _build(mesh_shape)
-        mine = x.chunk(dp)[mesh.get_local_rank("dp")]
-        with fallback_policy("error"):
-            losses = _train(model, mine, 3)
-        return losses, {n: p.detach().full_tensor() for n, p in model.named_parameters()}
-
-    results = simpg.run(body, dp * tp)
+    ref_losses = _train(ref, X, 3)
+    results = simpg.run(_rank, dp * tp, mesh_shape)
     for step in range(3):
         mean = sum(r[0][step] for r in results) / len(results)
         assert mean == pytest.approx(ref_losses[step], rel=1e-5)
     for name, p in ref.named_parameters():
         for _, full in results:
             torch.testing.assert_close(full[name], p.detach(), msg=name)
+
+
+def _rank(mesh_shape: tuple[int, int], prefetch: bool = False) -> tuple:
+    model, mesh = _build(mesh_shape)
+    if prefetch:  # the blocks' forward gathers issued one block ahead (Note [prefetch])
+        model.set_modules_to_forward_prefetch([model.blocks[0]])
+        model.blocks[0].set_modules_to_forward_prefetch([model.blocks[1]])
+    mine = X.chunk(mesh_shape[0])[mesh.get_local_rank("dp")]
+    with fallback_policy("error"):
+        losses = _train(model, mine, 3)
+    return losses, {n: p.detach().full_tensor() for n, p in model.named_parameters()}
+
+
+GLOO_MESH = (2, 2)
+
+
+@pytest.mark.gloo
+def test_nested_biases_with_prefetch_on_gloo_processes_equal_the_simulation(tmp_path):
+    from gloo_runner import run_program_on_gloo
+
+    simulated = simpg.run(_rank, 4, GLOO_MESH, True)
+    real = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=240.0)
+    for (real_losses, real_params), (sim_losses, sim_params) in zip(real, simulated):
+        assert real_losses == pytest.approx(sim_losses, rel=1e-6)
+        for name, p in sim_params.items():
+            torch.testing.assert_close(real_params[name], p, msg=name)
+
+
+if __name__ == "__main__":
+    from gloo_main import run_as_gloo_rank  # tests/programs: on the path set above
+
+    run_as_gloo_rank(lambda: _rank(GLOO_MESH, True), sys.argv[1:], timedelta(seconds=120))
