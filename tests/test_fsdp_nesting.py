@@ -80,6 +80,35 @@ def test_training_with_nested_biases_equals_one_device(mesh_shape):
             torch.testing.assert_close(full[name], p.detach(), msg=name)
 
 
+def test_a_checkpoint_of_nested_biases_loads_on_another_mesh(tmp_path):
+    """The stored DTensor says where each piece lies: saved on dp2 x tp2, loaded on dp4."""
+    from dtensor.checkpoint import load, save
+
+    def saver() -> dict:
+        model, _ = _build((2, 2))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(2.0)  # not the initial values a fresh model has
+        save(model.state_dict(), tmp_path / "ckpt")
+        return {n: p.detach().full_tensor() for n, p in model.named_parameters()}
+
+    def loader() -> dict:
+        mesh = init_device_mesh("cpu", (4,))
+        torch.manual_seed(1)
+        model = Net()
+        for block in model.blocks:
+            fully_shard(block, mesh)
+        fully_shard(model, mesh)
+        state = model.state_dict()
+        load(state, tmp_path / "ckpt")
+        return {n: p.detach().full_tensor() for n, p in model.named_parameters()}
+
+    saved = simpg.run(saver, 4)[0]
+    for loaded in simpg.run(loader, 4):
+        for name, p in saved.items():
+            torch.testing.assert_close(loaded[name], p, msg=name)
+
+
 def _rank(mesh_shape: tuple[int, int], prefetch: bool = False) -> tuple:
     model, mesh = _build(mesh_shape)
     if prefetch:  # the blocks' forward gathers issued one block ahead (Note [prefetch])
