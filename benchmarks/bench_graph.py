@@ -315,6 +315,10 @@ def llama7b(layers: int, batch: int, seq: int, budgets: list[float]) -> None:
             return llama.Llama(llama.LlamaConfig(n_layers=n, **LLAMA_7B))
 
     tokens = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    start = time.perf_counter()  # a process's first trace pays make_fx's one-time setup
+    capture_train_step(build(1), llama.loss_fn, [tokens], [tokens])
+    print(f"first capture in this process (1 layer, warm-up, not in the table): "
+          f"{time.perf_counter() - start:.1f} s")
     ann = {"input0": ShardSpec([Shard(0), R]), "tok_embeddings.weight": ShardSpec([R, Shard(0)])}
     print(f"\n## Llama-7B shapes, {layers} layers, batch {batch} x {seq} tokens, mesh {MESH}, "
           "AdamW in the step\n")
