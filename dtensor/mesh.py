@@ -411,7 +411,7 @@ class DeviceMesh(metaclass=OpaqueBaseMeta):  # a graph input: Note [the mesh in 
         return (self.device_type, self.shape, self._flat, self.mesh_dim_names)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, DeviceMesh) and self._key() == other._key()
+        return self is other or (isinstance(other, DeviceMesh) and self._key() == other._key())
 
     def __hash__(self) -> int:
         return hash(self._key())

@@ -181,7 +181,6 @@ def normalize_placements(
     >>> normalize_placements([-1, Replicate()], ndim=2, mesh_ndim=2)
     (Shard(dim=1), Replicate())
     """
-    where = f"a {ndim}-d tensor" + (f" of shape {tuple(shape)}" if shape is not None else "")
     if len(placements) != mesh_ndim:
         raise PlacementError(
             f"{len(placements)} placements {_fmt_any(placements)} for a {mesh_ndim}-d mesh: "
@@ -201,7 +200,9 @@ def normalize_placements(
                 f"{p!r} in {_fmt_any(placements)} is not a placement: expected Shard(dim), "
                 f"Replicate(), Partial(op) or an int dim"
             )
-        if not -ndim <= dim < ndim:
+        if not -ndim <= dim < ndim:  # the message is built only here: a hot path's call
+            where = f"a {ndim}-d tensor" + (f" of shape {tuple(shape)}" if shape is not None
+                                            else "")
             raise PlacementError(
                 f"Shard({dim}) is out of range for {where}: expected a dim in "
                 f"[{-ndim}, {ndim - 1}]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from typing import Any, Sequence
 
@@ -200,7 +201,16 @@ class DTensor(torch.Tensor):
         ``forward_dtype`` casts before the forward collectives (the result has that dtype);
         ``backward_dtype`` casts the gradient before the backward ones (it returns in this
         DTensor's dtype). ``async_op=True`` is accepted and finishes before returning."""
-        mesh = _compile.real_mesh(device_mesh) if device_mesh is not None else self._spec.mesh
+        mesh = self._spec.mesh
+        if (device_mesh is None or device_mesh is mesh) and placements is not None \
+                and forward_dtype is None and backward_dtype is None:  # the common call
+            try:
+                target = _normalized(tuple(placements), self.dim(), mesh.ndim)
+            except (PlacementError, TypeError):  # said again with the shape (or unhashable)
+                target = normalize_placements(placements, self.dim(), mesh.ndim,
+                                              shape=self.shape)
+            return _autograd.Redistribute.apply(self, target, async_op, None, None)
+        mesh = _compile.real_mesh(device_mesh) if device_mesh is not None else mesh
         refuse_torch_mesh(mesh, "DTensor.redistribute")
         if placements is None:
             raise PlacementError("redistribute needs placements, one per mesh dim")
@@ -220,6 +230,12 @@ class DTensor(torch.Tensor):
         """The whole global tensor on every rank (all_gather / all_reduce as needed)."""
         replicated = self.redistribute(placements=[Replicate()] * self._spec.mesh.ndim)
         return replicated.to_local(grad_placements=grad_placements)
+
+
+@functools.lru_cache(maxsize=1024)
+def _normalized(placements: tuple, ndim: int, mesh_ndim: int) -> tuple[Placement, ...]:
+    """normalize_placements for the calls that repeat (a redistribute in every step)."""
+    return normalize_placements(placements, ndim, mesh_ndim)
 
 
 class LocalTensorTypeError(TypeError, RuntimeError):
