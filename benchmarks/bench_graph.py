@@ -20,7 +20,9 @@ vocabulary-sharded over mesh dim 1 (``[R,S(0)]``). Rows:
 - inferred: ``dtensor.graph.infer`` on the captured training step, run by
   ``dtensor.graph.run``, with the default objective (bytes plus compute at
   ``COMPUTE_WEIGHT`` bytes per FLOP, Note [compute in the objective]);
-- inferred, bytes only: the same with ``compute_weight=0``.
+- inferred, bytes only: the same with ``compute_weight=0``;
+- inferred, applied eagerly: the inferred plan's parameter and input layouts applied to the
+  eager module (``plan.to_parallelize_plan().apply``), the step run op by op.
 
 "FLOPs/rank" is measured while each row runs: the matmul and attention FLOPs (the formulas
 of ``dtensor.graph.compute``) of the local ops the most loaded rank runs, and in brackets
@@ -208,6 +210,30 @@ def _gather(results) -> tuple[int, int, int, list[torch.Tensor]]:
             max(r[2] for r in results), results[0][3])
 
 
+def run_eager_plan(case: Case, plan: ShardingPlan) -> tuple[int, int, int, list[torch.Tensor]]:
+    """The inferred plan handed back to the eager module (``plan.to_parallelize_plan()``,
+    Note [plans in eager code]): its parameter and input layouts, then op-by-op propagation."""
+    eager = plan.to_parallelize_plan()
+
+    def body():
+        import copy
+
+        mesh = dtensor.init_device_mesh("cpu", MESH)
+        model = eager.apply(copy.deepcopy(case.model), mesh)
+        targets = dtensor.distribute_tensor(case.targets, mesh, plan.placements("target0"),
+                                            src_data_rank=None)
+        with simpg.trace() as t, FlopCount() as fc:
+            loss = case.loss_fn(model(case.tokens), targets)
+            loss = loss.redistribute(mesh, [R, R])
+            loss.to_local().backward()
+        params = list(model.parameters())
+        held = sum(p.to_local().numel() * p.element_size() for p in params)
+        return (_mine(t.records), fc.flops, held,
+                [loss.full_tensor()] + [p.grad.full_tensor() for p in params])
+
+    return _gather(simpg.run(body, math.prod(MESH), timeout=600))
+
+
 # -- hand-written plan -----------------------------------------------------------------------------
 def run_hand(case: Case) -> tuple[int, list[torch.Tensor]]:
     from dtensor.parallel import loss_parallel, parallelize_module, replicate
@@ -283,6 +309,10 @@ def bench(case: Case) -> tuple[int, list[Row]]:
                  max_rel_err(outs, reference)))
     graph_row("inferred, bytes only", plans["bytes only"], "")
     graph_row("inferred", plans["inferred"], f", inference {seconds:.1f} s")
+    got, flops, held, outs = run_eager_plan(case, plans["inferred"])
+    rows.append(("inferred, applied eagerly", got, flops, held,
+                 f"{got / max(plans['inferred'].total_bytes, 1):.2f}x the plan",
+                 max_rel_err(outs, reference)))
     return fc.flops, rows
 
 
