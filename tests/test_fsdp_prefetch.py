@@ -212,3 +212,50 @@ def test_prefetch_of_modules_not_sharded_gets_a_clear_error(modules, message):
                 setter(modules())
 
     simpg.run(body, 2)
+
+
+def test_a_reduce_scatter_is_waited_for_one_module_later():
+    """Note [reduce-scatter in flight]: while layer k's backward computes, layer k+1's
+    reduce-scatter may still be in flight (its gradient not set yet), layer k+2's is done;
+    every gradient is set when backward() returns."""
+
+    def body() -> tuple[list, list]:
+        model = _model(init_device_mesh("cpu", (2,)))
+        seen = []
+        for i, layer in enumerate(model):
+            layer.note = lambda i=i: seen.append(
+                (i, [j for j, lay in enumerate(model) if lay.lin.weight.grad is not None]))
+        model(torch.randn(3, 8)).sum().backward()
+        return seen, [lay.lin.weight.grad is not None for lay in model]
+
+    for seen, after in simpg.run(body, 2):
+        assert seen == [(3, []), (2, []), (1, [3]), (0, [2, 3])]
+        assert after == [True] * 4
+
+
+def test_post_accumulate_grad_hooks_run_once_the_gradient_is_reduced():
+    """An optimizer in backward reads param.grad from such a hook: it must be the reduced,
+    sharded gradient, set once per backward."""
+
+    def body() -> list:
+        model = _model(init_device_mesh("cpu", (2,)))
+        calls = []
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(
+                lambda p: calls.append((tuple(p.grad.shape), p.grad.placements)))
+        model(torch.randn(3, 8)).sum().backward()
+        return calls
+
+    for calls in simpg.run(body, 2):
+        assert sorted(calls) == sorted((tuple(p.shape), p.placements)
+                                       for p in _model_shapes())
+
+
+def _model_shapes() -> list:
+    from dtensor import Shard
+
+    class Like:
+        def __init__(self, shape):
+            self.shape, self.placements = shape, (Shard(0),)
+
+    return [Like(s) for a, b in zip(WIDTHS, WIDTHS[1:]) for s in ((b, a), (b,))]

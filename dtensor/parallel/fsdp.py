@@ -67,7 +67,7 @@ from dtensor.layout import box_shape, local_box
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
 from dtensor.parallel.fsdp_comm import GradPiece, PendingGather, Pieces, pieces_of
-from dtensor.parallel.fsdp_hooks import after_forward, before_forward
+from dtensor.parallel.fsdp_hooks import Run, after_forward, before_forward
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
@@ -117,7 +117,7 @@ class _State:
     backward_prefetch: list[_State] | None = None  # None: the previous module in forward order
     prefetched: PendingGather | None = None  # the next forward's gather, issued early
     regathering: PendingGather | None = None  # the backward's regather, issued early
-    forward_order: list[_State] | None = None  # every module's, in post-forward order
+    run: Run | None = None  # shared by the modules of the last forward
 
 
 class FSDPModule:

@@ -199,6 +199,15 @@ def reduce_scatter_all(ms: Sequence[_Managed],
     """Each gradient (this rank's batch's sum) averaged over dp (and the replicas) into the
     stored layout and dtype: one reduce-scatter per group of sharded parameters that have
     gradients, one all-reduce per group of parameters replicated over dp."""
+    return issue_reduce_scatter(ms, grads)()
+
+
+def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | None]
+                         ) -> Callable[[], list[torch.Tensor | None]]:
+    """``reduce_scatter_all`` split at the collective: the reduce-scatters and all-reduces
+    over dp are issued now (async_op=True); calling the result waits for them and finishes
+    (the all-reduce across replicas, the tp step of gradients still Partial over tp, the
+    cast to the stored dtype)."""
     out: list[torch.Tensor | None] = [None] * len(ms)
     ready: list[torch.Tensor | None] = [None] * len(ms)
     pending: dict[int, tuple[Placement, ...]] = {}  # still Partial over tp after the dp step
@@ -224,23 +233,33 @@ def reduce_scatter_all(ms: Sequence[_Managed],
         ready[i] = local
     dtypes = [t.dtype if t is not None else torch.float32 for t in ready]
     has = [i for i, t in enumerate(ready) if t is not None]
+    issued = []  # (handle, the group's first parameter, its indices, their shapes)
     for idx in _groups(ms, dtypes, [i for i in has if ms[i].pieces is not None]):
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
         inputs = [torch.cat([ready[i][ms[i].pieces.slices[j]].reshape(-1)  # type: ignore
                              for i in idx]) for j in range(n)]
-        mine = comm.reduce_scatter(inputs, first.mesh.get_group(first.dp_dim), "avg")
+        handle = comm.reduce_scatter(inputs, first.mesh.get_group(first.dp_dim), "avg",
+                                     async_op=True)
         me = first.mesh.get_local_rank(first.dp_dim)
-        _unpack(_across_replicas(mine, first), idx, [ms[i].pieces.shapes[me] for i in idx], out)
+        issued.append((handle, first, idx, [ms[i].pieces.shapes[me] for i in idx]))
     for idx in _groups(ms, dtypes, [i for i in has if not is_sharded_over_dp(ms[i])]):
         first = ms[idx[0]]
         flat = torch.cat([ready[i].reshape(-1) for i in idx])  # type: ignore[union-attr]
-        flat = comm.all_reduce(flat, first.mesh.get_group(first.dp_dim), "avg")
-        _unpack(_across_replicas(flat, first), idx, [ready[i].shape for i in idx], out)
-    for i, src in pending.items():
-        spec = ms[i].param._spec
-        out[i] = redistribute_local_tensor(out[i], ms[i].mesh, src, spec.placements, spec.shape)
-    return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
+        handle = comm.all_reduce(flat, first.mesh.get_group(first.dp_dim), "avg",
+                                 async_op=True)
+        issued.append((handle, first, idx, [ready[i].shape for i in idx]))
+
+    def finish() -> list[torch.Tensor | None]:
+        for handle, first, idx, shapes in issued:
+            _unpack(_across_replicas(handle.wait(), first), idx, shapes, out)
+        for i, src in pending.items():
+            spec = ms[i].param._spec
+            out[i] = redistribute_local_tensor(out[i], ms[i].mesh, src, spec.placements,
+                                               spec.shape)
+        return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
+
+    return finish
 
 
 def _across_replicas(flat: torch.Tensor, m: _Managed) -> torch.Tensor:

@@ -7,8 +7,9 @@ without tp): the module computes exactly as without data parallelism, on this ra
 The gather is an autograd function whose backward takes the gradient, a sum over this rank's
 batch, as ``Partial(avg)`` over dp and redistributes it to the stored placements: a
 reduce-scatter that averages, which equals the gradient of the global mean loss when every
-rank holds an equal share of the batch. The gradient lands in ``param.grad`` by ordinary
-accumulation, already sharded. ``replicate`` is the same function with Replicate on dp: the
+rank holds an equal share of the batch. The gradient lands in ``param.grad`` already
+sharded, added there when the reduce-scatter is waited for (Note [reduce-scatter in
+flight]). ``replicate`` is the same function with Replicate on dp: the
 gather is free and the backward an all-reduce.
 
 Note [free after forward]
@@ -62,22 +63,33 @@ queued runs during that compute: the explicit forward prefetch and the implicit 
 overlap for real. A gather issued in the next module's own pre-forward does not: its NCCL
 stream waits for the compute queued before it (torch avoids that with a separate all-gather
 stream and a copy-in event; we have none). On gloo an async collective runs on gloo's
-threads, beside the compute. Not built: reduce-scatters are waited at once (their NCCL
-stream waits for the module's gradients, and the next module's backward waits for them);
-overlapping them needs ``reduce_scatter(..., async_op=True)`` waited at the end of the
-backward (a ``queue_callback``) with the gradient buffers kept alive until then.
+threads, beside the compute.
+
+Note [reduce-scatter in flight]
+A module's backward issues its reduce-scatter with ``async_op=True`` and returns no gradient
+to autograd (the stored parameters are no inputs of its node: an empty tensor that requires
+grad stands for them, so their post-accumulate-grad hooks are not run by autograd with no
+gradient; ``torch.autograd.grad`` with respect to them is not supported, as in torch's
+FSDP2); the next module's backward, after issuing its own, waits for it and adds the
+reduced pieces to ``param.grad`` (as torch's FSDP2 sets them), and the end of the backward
+settles the last. On NCCL the reduce-scatter then runs while the next module's backward
+computes instead of holding it up; one is in flight at a time, so its buffers are freed a
+module later. ``param.grad`` is complete when ``backward()`` returns, not when the module's
+backward ends; a parameter's post-accumulate-grad hooks run when its piece is added, as
+torch's FSDP2 runs them.
 """
 
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
 from dtensor.parallel.fsdp_comm import (add_grad_pieces, gather_all, grad_pieces,
-                                        issue_gather, reduce_scatter_all)
+                                        issue_gather, issue_reduce_scatter)
 from dtensor.parallel.mixed_precision import cast_floating
 from dtensor.spec import DTensorSpec
 from dtensor.tensor import DTensor
@@ -92,7 +104,8 @@ class _GatherModule(torch.autograd.Function):
     when the gradients of every gathered parameter the module used are complete."""
 
     @staticmethod
-    def forward(ctx: Any, state: _State, *stored: DTensor) -> tuple:  # type: ignore[override]
+    def forward(ctx: Any, state: _State,  # type: ignore[override]
+                anchor: torch.Tensor) -> tuple:
         ctx.state = state
         ctx.set_materialize_grads(False)  # an unused parameter gets no gradient, not zeros
         with torch.no_grad():
@@ -114,7 +127,7 @@ class _GatherModule(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
         state: _State = ctx.state
-        out: list[DTensor | None] = [None] * (len(state.params) + 1)
+        out = (None, None)  # Note [reduce-scatter in flight]: gradients set by _settle
         with torch.no_grad():
             pieces = grad_pieces(state.params, grads, state.mp.reduce_dtype)
             if not state.requires_gradient_sync:  # Note [gradient accumulation]
@@ -125,17 +138,46 @@ class _GatherModule(torch.autograd.Function):
                           for m, piece in zip(state.params, pieces)]
                 for m in state.params:
                     m.accumulated = None
-                for i, (m, local) in enumerate(zip(state.params,
-                                                   reduce_scatter_all(state.params, pieces))):
-                    if local is not None:
-                        out[i + 1] = DTensor(local.contiguous(), m.param._spec,
-                                             requires_grad=False)
+                finish = issue_reduce_scatter(state.params, pieces)
+                run = state.run if state.run is not None else Run()
+                _settle(run)  # the previous module's: one in flight at a time
+                run.reducing = (state, finish)
+                torch.autograd.Variable._execution_engine.queue_callback(lambda: _settle(run))
         _restore_stored(state)
         state.in_backward = False
         if state.reshard_after_forward:
             for m in state.params:
                 _free(m)
-        return tuple(out)
+        return out
+
+
+@dataclass(eq=False)
+class Run:
+    """What the modules of one forward share until their backward ends: the order their
+    forwards ended in (Note [prefetch]) and the reduce-scatter in flight (Note
+    [reduce-scatter in flight])."""
+
+    order: list[_State] = field(default_factory=list)
+    reducing: tuple[_State, Callable[[], list]] | None = None
+
+
+def _settle(run: Run) -> None:
+    """Wait for the reduce-scatter in flight and add its pieces to ``param.grad``."""
+    if run.reducing is None:
+        return
+    (state, finish), run.reducing = run.reducing, None
+    with torch.no_grad():
+        for m, local in zip(state.params, finish()):
+            if local is None or not m.param.requires_grad:
+                continue
+            grad = DTensor(local.contiguous(), m.param._spec, requires_grad=False)
+            if m.param.grad is None:
+                m.param.grad = grad
+            else:
+                m.param.grad.add_(grad)
+            # autograd's accumulation did not run: its hooks (an optimizer in backward) here
+            for hook in (getattr(m.param, "_post_accumulate_grad_hooks", None) or {}).values():
+                hook(m.param)
 
 
 def _as_compute(local: torch.Tensor, m: _Managed, requires_grad: bool = False) -> torch.Tensor:
@@ -191,9 +233,9 @@ def _restore_stored(state: _State) -> None:
 # -- hooks -----------------------------------------------------------------------------------
 _forwards_open: contextvars.ContextVar[int] = contextvars.ContextVar("dtensor_fsdp_open",
                                                                      default=0)
-# the data-parallel modules of the running forward, in the order their forwards ended
-_forward_order: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "dtensor_fsdp_order", default=None)
+# what the data-parallel modules of the running forward share
+_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("dtensor_fsdp_run",
+                                                                 default=None)
 
 
 def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -209,11 +251,15 @@ def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dic
     if state.is_root is None:  # the outermost data-parallel module of the first forward
         state.is_root = _forwards_open.get() == 0
     if _forwards_open.get() == 0:
-        _forward_order.set([])
+        _run.set(Run())
     _forwards_open.set(_forwards_open.get() + 1)
     for m in state.params:  # to_empty() or load_state_dict() may have put new ones there
         m.param = m.owner._parameters[m.name]
-    outs = _GatherModule.apply(state, *[m.param for m in state.params])
+    # the stored parameters are no inputs of the graph (autograd would run their gradient
+    # hooks with no gradient): an empty anchor makes the outputs require grad when any of
+    # them does, as they would
+    anchor = torch.empty(0).requires_grad_(any(m.param.requires_grad for m in state.params))
+    outs = _GatherModule.apply(state, anchor)
     for m, gathered in zip(state.params, outs):
         m.owner._parameters[m.name] = gathered
     for target in state.forward_prefetch:  # after this module's gather, before its compute
@@ -247,7 +293,7 @@ def _prefetch_forward(target: _State) -> None:
 def _backward_targets(state: _State) -> list[_State]:
     if state.backward_prefetch is not None:
         return state.backward_prefetch
-    order = state.forward_order or []
+    order = [] if state.run is None else state.run.order
     at = next((i for i, s in enumerate(order) if s is state), 0)
     return [order[at - 1]] if at > 0 else []  # the next module to run backward
 
@@ -273,9 +319,9 @@ def after_forward(state: _State, out: Any) -> Any:
     if state.in_backward:  # a recomputation that ran to the end: the backward frees
         return out
     _forwards_open.set(max(_forwards_open.get() - 1, 0))
-    state.forward_order = _forward_order.get()
-    if state.forward_order is not None:
-        state.forward_order.append(state)
+    state.run = _run.get()
+    if state.run is not None:
+        state.run.order.append(state)
     _restore_stored(state)
     outputs = [t for t in pytree.tree_leaves(out)
                if isinstance(t, torch.Tensor) and t.requires_grad]
