@@ -29,7 +29,8 @@ _SAME_AS = {
                              aten.unsafe_split_with_sizes.default),
     views.slice_: (aten.slice_copy.Tensor,),
     views.select: (aten.select_copy.int,),
-    basic._same: (aten.alias_copy.default, aten.detach_copy.default),
+    basic._same: (aten.alias_copy.default, aten.detach_copy.default,
+                  torch.ops.prims.view_of.default),  # prims' alias
 }
 for _rule, _ops in _SAME_AS.items():
     sharding_rule(*_ops)(_rule)

@@ -115,4 +115,27 @@ def _excluded(op: object) -> bool:
     return not all("Tensor" in str(r.type) for r in schema.returns) or not schema.returns
 
 
-REGISTERED = register_pointwise_ops()
+def register_elementwise_prims() -> int:
+    """The prims made elementwise (torch._prims builds them with its elementwise meta
+    function; few carry the pointwise tag: erfcx, ndtri, the bessel functions... do not) and
+    those tagged pointwise take the same rule; returns how many were registered."""
+    from torch._prims import _prim_elementwise_meta
+
+    count = 0
+    prims = torch.ops.prims
+    for name in dir(prims):
+        packet = getattr(prims, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload_name in packet.overloads():
+            op = getattr(packet, overload_name)
+            meta = getattr(getattr(op, "prim_meta_impl", None), "func", None)
+            elementwise = meta is _prim_elementwise_meta or _is_pointwise(op)
+            if not elementwise or op in REGISTRY or _excluded(op):
+                continue
+            REGISTRY.register([op], pointwise_rule)
+            count += 1
+    return count
+
+
+REGISTERED = register_pointwise_ops() + register_elementwise_prims()

@@ -205,3 +205,20 @@ def vector_norm(op: OpSpec) -> list[Strategy]:
     return reduction_strategies(op, t, reduced, bool(op.arg(3, "keepdim", False)), over, needs,
                                 (), 1)
 
+
+
+@sharding_rule(aten.linalg__powsum.default)
+def powsum(op: OpSpec) -> list[Strategy]:
+    """``linalg__powsum(x, ord, dim, keepdim, dtype)`` = sum(|x|^ord) over ``dim``: a sum of
+    elementwise values for every ord (0 counts nonzeros, +-inf gives inf, 1 or 0 per
+    element), so a sharded reduced dim gives Partial(sum) and an empty piece adds 0, as
+    vector_norm's root would not. No Partial passes through (|a + b|^p is not |a|^p + |b|^p)."""
+    t = op.tensors()[0]
+    dim = op.arg(2, "dim")
+    if dim is None or (isinstance(dim, tuple) and len(dim) == 0):
+        reduced = frozenset(range(t.ndim))
+    else:
+        dims = dim if isinstance(dim, tuple) else (dim,)
+        reduced = frozenset(d % t.ndim for d in dims) if t.ndim else frozenset()
+    return reduction_strategies(op, t, reduced, bool(op.arg(3, "keepdim", False)), "sum", "",
+                                (), 1)
