@@ -477,8 +477,11 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
     # so the caller's tensor sees the result, as it sees any in-place op), never replaced
     in_place_only = any(n == 1 and t._local_tensor._base is not None
                         for n, t in zip(sharers, targets))
-    if any(n > 1 or (n == 1 and t._local_tensor._base is None)
-           for n, t in zip(sharers, targets)):
+    movable = not any(n > 1 or (n == 1 and t._local_tensor._base is None)
+                      for n, t in zip(sharers, targets))
+    # what shares a piece can differ between ranks (a reference some rank still holds): every
+    # rank of the mesh moves, or none does, so no rank waits in a collective the others skip
+    if not _on_every_rank(mesh, movable, targets[0]._local_tensor.device):
         return False
     for cand in candidates(op):
         moved = {i: cand.inputs[i] for i in written}
@@ -504,6 +507,14 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
             t._tspec = t._spec.tensor
         return True
     return False
+
+
+def _on_every_rank(mesh: Any, flag: bool, device: torch.device) -> bool:
+    """``flag`` and-ed over the mesh's ranks (one small all-reduce)."""
+    value = torch.tensor([int(flag)], dtype=torch.int32, device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN,
+                                 group=mesh.group_for(tuple(range(mesh.ndim))))
+    return bool(value.item())
 
 
 def _sharers(local: torch.Tensor) -> int:

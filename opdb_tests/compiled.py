@@ -25,7 +25,7 @@ named ``compiled@inductor``..., with no recorded verdicts yet).
 Failures are judged against ``expected_failures_compiled.py`` by ``expectations.judge``, the
 eager tiers' mechanism, strict both ways. Regenerate (for the variants swept, see there)::
 
-    .venv/bin/python -m opdb_tests.compiled --update-expected [--only KEY ...]
+    .venv/bin/python -m opdb_tests.compiled --update-expected [KEY ...]
 
 Rerun one case: ``.venv/bin/python -m opdb_tests.compiled add --tier compiled --sample 0
 --mesh 2 --placements 'S(0);S(0)'``.

@@ -217,17 +217,17 @@ SWEPT: dict[str, float] = {
     'nn.functional.pad.circular': 74.0,
     'nn.functional.hardswish': 23.0,
     'nn.functional.unfold': 13.1,
-    'nn.functional.interpolate.nearest': 10.5,
-    'nn.functional.interpolate.nearest-exact': 15.1,
-    'nn.functional.interpolate.linear': 13.5,
-    'nn.functional.interpolate.bilinear': 21.4,
-    'nn.functional.interpolate.bicubic': 22.7,
-    'nn.functional.interpolate.trilinear': 15.2,
-    'nn.functional.interpolate.area': 16.5,
-    'nn.functional.upsample_bilinear': 10.3,
+    'nn.functional.interpolate.nearest': 4.7,
+    'nn.functional.interpolate.nearest-exact': 5.1,
+    'nn.functional.interpolate.linear': 5.1,
+    'nn.functional.interpolate.bilinear': 10.9,
+    'nn.functional.interpolate.bicubic': 30.4,
+    'nn.functional.interpolate.trilinear': 19.9,
+    'nn.functional.interpolate.area': 6.7,
+    'nn.functional.upsample_bilinear': 8.2,
     '_upsample_bilinear2d_aa': 32.7,
     'nn.functional.soft_margin_loss': 14.4,
-    'nn.functional.upsample_nearest': 9.7,
+    'nn.functional.upsample_nearest': 4.3,
     'nn.functional.margin_ranking_loss': 26.4,
     'nn.functional.multi_margin_loss': 43.8,
     'nn.functional.multilabel_margin_loss': 27.2,
@@ -1354,56 +1354,23 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.embedding_bag', 'resized'): {
         'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
-    ('nn.functional.interpolate.bicubic', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.bicubic[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
     ('nn.functional.interpolate.bicubic', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.bicubic[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.bicubic', 'resized'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.bicubic[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.bilinear', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.interpolate.bicubic[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.interpolate.bilinear', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.bilinear', 'resized'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.linear', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.linear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.interpolate.bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.interpolate.linear', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.linear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.nearest', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.interpolate.linear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.interpolate.nearest', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.nearest', 'resized'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.nearest-exact', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.nearest-exact[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.interpolate.nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.interpolate.nearest-exact', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.nearest-exact[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.nearest-exact', 'resized'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.nearest-exact[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.trilinear', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.trilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.interpolate.nearest-exact[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.interpolate.trilinear', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.trilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.interpolate.trilinear', 'resized'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.interpolate.trilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.interpolate.trilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.linear_cross_entropy.chunked', 'compiled'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
@@ -1423,20 +1390,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.linear_cross_entropy.chunked_none', 'resized'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
     },
-    ('nn.functional.upsample_bilinear', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.upsample_bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
     ('nn.functional.upsample_bilinear', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.upsample_bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.upsample_nearest', 'compiled'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.upsample_nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.upsample_bilinear[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.upsample_nearest', 'compiled_backward'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.upsample_nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
-    },
-    ('nn.functional.upsample_nearest', 'resized'): {
-        'no rule: aten._unsafe_index.Tensor': "nn.functional.upsample_nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index.Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+        'no rule: aten._unsafe_index_put.default': "nn.functional.upsample_nearest[R]@mesh(2): NoShardingRuleError: aten._unsafe_index_put.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     # -- no strategy
     ('_batch_norm_with_update', 'compiled'): {

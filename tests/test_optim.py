@@ -381,12 +381,14 @@ def test_partial_survives_linear_foreach_ops_only():
         for p, d, x in zip(ps, doubled, xs):
             torch.testing.assert_close(p.full_tensor(), 2 * x)  # lerp(3x, x, 0.5)
             torch.testing.assert_close(d.full_tensor(), 4 * x)
-        # P(sum) + 1 would add 1 on every rank, and a Partial written in place cannot move
-        with pytest.raises(ValueError, match="no strategy keeps input 0"):
-            torch._foreach_add_(ps, 1.0)
         shifted = torch._foreach_add(ps, 1.0)  # out of place: reduced first, then shifted
         assert shifted[0].placements == (R,)
         torch.testing.assert_close(shifted[0].full_tensor(), 2 * xs[0] + 1)
+        # P(sum) + 1 would add 1 on every rank: written in place, the Partial is reduced in its
+        # own storage first (Note [relocating an in-place target]), then shifted
+        torch._foreach_add_(ps, 1.0)
+        assert all(p.placements == (R,) for p in ps)
+        torch.testing.assert_close(ps[0].full_tensor(), 2 * xs[0] + 1)
 
     run_on_mesh((4,), body)
 

@@ -215,7 +215,7 @@ def _index_strategies(x: TensorSpec, indices: Sequence[TensorSpec | None],
     return out
 
 
-@sharding_rule(aten.index.Tensor)
+@sharding_rule(aten.index.Tensor, aten._unsafe_index.Tensor)  # the same, unchecked bounds
 def index(op: OpSpec) -> list[Strategy]:
     x = op.tensors()[0]
     indices = op.arg(1, "indices")
