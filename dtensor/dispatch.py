@@ -329,7 +329,11 @@ def _views_a_normal_tensor(func: Any, args: tuple) -> bool:
 # model whose parameters sit on a pipeline stage's mesh and a shared one, or on a 1-D and a
 # 2-D mesh). Element i of every list goes with element i of the others, so the call splits
 # into one per mesh, by the mesh of the first list's DTensors, and the results are put back
-# in order. Any other op on DTensors of two meshes raises: moving one is the caller's choice.
+# in order. Any other op on DTensors of two meshes raises (moving one is the caller's choice)
+# unless those of the other meshes are replicated everywhere over the same ranks: then each
+# rank already holds the whole value, and they are taken as replicas on the op's mesh with no
+# communication (clip_grad_norm_ stacking the norms of parameters that fully_shard stores on
+# a mesh of the same ranks in another dim order).
 def _mesh_groups_of_lists(DTensor: type, args: tuple) -> list[list[int]] | None:
     """Positions of the first tensor list's elements grouped by mesh, if it spans several."""
     first = next((a for a in args if type(a) in (list, tuple)
@@ -341,6 +345,22 @@ def _mesh_groups_of_lists(DTensor: type, args: tuple) -> list[list[int]] | None:
     for i, v in enumerate(first):  # a plain tensor goes with the first mesh (Replicate)
         groups.setdefault(v._spec.mesh if isinstance(v, DTensor) else home, []).append(i)
     return list(groups.values()) if len(groups) > 1 else None
+
+
+def _replicas_on_the_same_ranks(DTensor: type, tensors: list, mesh: Any) -> bool:
+    ranks = set(mesh._flat)
+    return all(t._spec.mesh is mesh or (
+        set(t._spec.mesh._flat) == ranks and not t.requires_grad
+        and all(isinstance(p, Replicate) for p in t._spec.placements))
+        for t in tensors if isinstance(t, DTensor))
+
+
+def _as_replica_on(DTensor: type, d: Any, mesh: Any) -> Any:
+    if d._spec.mesh is mesh:
+        return d
+    s = d._spec
+    spec = DTensorSpec(mesh, (Replicate(),) * mesh.ndim, s.shape, s.stride, s.dtype)
+    return DTensor(d._local_tensor, spec, requires_grad=False)
 
 
 def _foreach_by_mesh(func: Any, args: tuple, kwargs: dict, groups: list[list[int]]) -> Any:
@@ -394,6 +414,10 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
     for t in tensors:
         if isinstance(t, DTensor):
             if t._spec.mesh is not mesh and t._spec.mesh != mesh:
+                if _replicas_on_the_same_ranks(DTensor, tensors, mesh):  # Note [foreach ...]
+                    args, kwargs = pytree.tree_map_only(
+                        DTensor, lambda d: _as_replica_on(DTensor, d, mesh), (args, kwargs))
+                    return _dispatch(DTensor, func, args, kwargs)
                 raise MeshError(f"{func}: DTensors on different meshes in one op: {mesh} and "
                                  f"{t._spec.mesh}; move one onto the other's mesh first with "
                                  f"x.redistribute(device_mesh=mesh, placements=...)")
