@@ -295,6 +295,10 @@ class ModuleTracker:
         # through that call has started (shared by the call's two output hooks)
         self._fw: list[tuple[str, set[int]]] = [("Global", set())]
         self._bw: list[str] = []
+        # the module whose backward ended last in this pass: what the engine runs after it
+        # (a reduce-scatter fully_shard left in flight, waited for by the next module or at
+        # the end of the pass) is that module's work, not "Global"
+        self._bw_last: str | None = None
         self._bw_task: int | None = None  # the graph task whose end will clear ``_bw``
         self._grad_hooks: dict[int, Any] = {}  # end-of-backward hooks not yet fired
         self._hook_ids = itertools.count()
@@ -311,7 +315,7 @@ class ModuleTracker:
     def name(self) -> str:
         """The innermost module running now ("Global" outside every module)."""
         if _in_backward():
-            return self._bw[-1] if self._bw else "Global"
+            return self._bw[-1] if self._bw else self._bw_last or "Global"
         return self._fw[-1][0]
 
     def path(self) -> tuple[str, ...]:
@@ -408,6 +412,7 @@ class ModuleTracker:
         if not self._open:
             return
         _remove_last(self._bw, name)
+        self._bw_last = name
         # a hook on a leaf (a parameter) outlives the graph: remove it, but not from inside
         # the hook call that is running it
         handle = self._grad_hooks.pop(key, None)
@@ -416,6 +421,7 @@ class ModuleTracker:
 
     def _backward_done(self) -> None:
         self._bw.clear()
+        self._bw_last = None
         self._bw_task = None
         self._flush_spent()
 
