@@ -88,13 +88,18 @@ def _source_rank(mesh: DeviceMesh, src_data_rank: int) -> int:
     return int(mesh.mesh[(src_data_rank,) * mesh.ndim])
 
 
+class SizeError(ValueError, RuntimeError):
+    """A factory's negative size: a ``RuntimeError`` too, as torch's (Note [torch's error
+    types] in dtensor/__init__.py)."""
+
+
 def _shape(size: tuple) -> tuple[int, ...]:
     """``zeros(2, 3)`` and ``zeros((2, 3))`` alike."""
     if len(size) == 1 and not isinstance(size[0], int):
         size = tuple(size[0])
     shape = tuple(int(s) for s in size)
     if any(s < 0 for s in shape):
-        raise ValueError(f"size {shape}: expected sizes >= 0")
+        raise SizeError(f"size {shape}: expected sizes >= 0")
     return shape
 
 

@@ -43,6 +43,8 @@ CASES: dict[str, Callable[[Lib], Any]] = {
     "no-mesh-and-none-current": lambda L: L.distribute_tensor(torch.ones(2),
                                                               placements=[L.Shard(0)]),
     "factory-without-mesh": lambda L: _module(L).zeros(2, placements=[L.Shard(0)]),
+    "factory-negative-size": lambda L: _module(L).zeros(-1, 2, device_mesh=_mesh(L),
+                                                        placements=[L.Shard(0)]),
     # placements
     "shard-dim-a-string": lambda L: L.Shard("0"),
     "placements-count": lambda L: L.distribute_tensor(torch.ones(2, 2), _mesh(L),
@@ -82,6 +84,8 @@ CASES: dict[str, Callable[[Lib], Any]] = {
     "parallelize-twice": lambda L: [_parallelize(L, m, L.parallel.ColwiseParallel())
                                     for m in [nn.Linear(2, 2)] * 2],
     "distribute-module-without-mesh": lambda L: L.distribute_module(nn.Linear(2, 2)),
+    "sequence-parallel-non-tensor-input": lambda L: _parallelize(
+        L, nn.LayerNorm(2), L.parallel.SequenceParallel())("not a tensor"),
 }
 
 

@@ -314,9 +314,15 @@ class SequenceParallel(ParallelStyle):
                 distribute_parameter(sub, pname, device_mesh, [Replicate()], self.src_data_rank)
         layout = Shard(self.sequence_dim)
         name = type(module).__name__
-        module.register_forward_pre_hook(lambda _m, inputs: (to_layout(
-            inputs[0], device_mesh, layout, layout,
-            what=f"SequenceParallel({name}) input"),) + tuple(inputs[1:]))
+        def shard_input(_m: nn.Module, inputs: tuple) -> tuple:
+            if not inputs or not isinstance(inputs[0], torch.Tensor):
+                got = type(inputs[0]).__name__ if inputs else "no input"
+                raise ParallelStyleError(f"SequenceParallel({name}): expected its first input "
+                                         f"to be a torch.Tensor or DTensor, got {got}")
+            return (to_layout(inputs[0], device_mesh, layout, layout,
+                              what=f"SequenceParallel({name}) input"),) + tuple(inputs[1:])
+
+        module.register_forward_pre_hook(shard_input)
         module.register_forward_hook(
             lambda _m, _inputs, out: finish(out, self.use_local_output))
         return module
