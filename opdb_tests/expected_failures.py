@@ -3,7 +3,7 @@
 
 EXPECTED: per (OpInfo variant, tier), each kind of failure -> the first failing
 case's reason. Strict: a new kind, a vanished kind or a passing tier fails the
-test. Tiers: sound, forward, backward, and samples (the generator raises).
+test. Tiers: sound, forward, backward, inference, and samples (the generator raises).
 NO_CASES: variants that try no case, and why (their tests are skipped).
 SKIP: variants not run (nondeterminism only).
 """
@@ -53,7 +53,15 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'NotImplementedError outside dispatch': 'torch._scaled_mm[P(sum);R;R;R]@mesh(2): NotImplementedError: "add_stub" not implemented for \'Float8_e4m3fn\'',
         'no rule: aten._scaled_mm.default': "torch._scaled_mm[R;R;R;R]@mesh(2): NoShardingRuleError: aten._scaled_mm.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('torch._scaled_mm', 'inference'): {
+        'NotImplementedError outside dispatch': 'torch._scaled_mm[P(sum);R;R;R]@mesh(2): NotImplementedError: "add_stub" not implemented for \'Float8_e4m3fn\'',
+        'no rule: aten._scaled_mm.default': "torch._scaled_mm[R;R;R;R]@mesh(2): NoShardingRuleError: aten._scaled_mm.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('torch._scaled_mm_v2', 'forward'): {
+        'NotImplementedError outside dispatch': 'torch._scaled_mm_v2[P(sum);R;R;R]@mesh(2): NotImplementedError: "add_stub" not implemented for \'Float8_e4m3fn\'',
+        'no rule: aten._scaled_mm_v2.default': "torch._scaled_mm_v2[R;R;R;R]@mesh(2): NoShardingRuleError: aten._scaled_mm_v2.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('torch._scaled_mm_v2', 'inference'): {
         'NotImplementedError outside dispatch': 'torch._scaled_mm_v2[P(sum);R;R;R]@mesh(2): NotImplementedError: "add_stub" not implemented for \'Float8_e4m3fn\'',
         'no rule: aten._scaled_mm_v2.default': "torch._scaled_mm_v2[R;R;R;R]@mesh(2): NoShardingRuleError: aten._scaled_mm_v2.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -75,6 +83,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_segment_reduce.lengths', 'forward'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('_segment_reduce.lengths', 'inference'): {
+        'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('_segment_reduce.lengths', 'sound'): {
         'no rule: aten.segment_reduce.default': '_segment_reduce.lengths[]@mesh(3): no sharding rule for aten.segment_reduce.default',
     },
@@ -82,6 +93,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.segment_reduce.default': "_segment_reduce.offsets[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('_segment_reduce.offsets', 'forward'): {
+        'no rule: aten.segment_reduce.default': "_segment_reduce.offsets[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('_segment_reduce.offsets', 'inference'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.offsets[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('_segment_reduce.offsets', 'sound'): {
@@ -93,6 +107,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_unsafe_masked_index', 'forward'): {
         'no rule: aten._unsafe_masked_index.default': "_unsafe_masked_index[R;R;R;R]@mesh(2): NoShardingRuleError: aten._unsafe_masked_index.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('_unsafe_masked_index', 'inference'): {
+        'no rule: aten._unsafe_masked_index.default': "_unsafe_masked_index[R;R;R;R]@mesh(2): NoShardingRuleError: aten._unsafe_masked_index.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('_unsafe_masked_index', 'sound'): {
         'no rule: aten._unsafe_masked_index.default': '_unsafe_masked_index[]@mesh(3): no sharding rule for aten._unsafe_masked_index.default',
     },
@@ -102,16 +119,25 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_unsafe_masked_index_put_accumulate', 'forward'): {
         'no rule: aten._unsafe_masked_index_put_accumulate.default': "_unsafe_masked_index_put_accumulate[R;R;R;R;R]@mesh(2): NoShardingRuleError: aten._unsafe_masked_index_put_accumulate.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs t",
     },
+    ('_unsafe_masked_index_put_accumulate', 'inference'): {
+        'no rule: aten._unsafe_masked_index_put_accumulate.default': "_unsafe_masked_index_put_accumulate[R;R;R;R;R]@mesh(2): NoShardingRuleError: aten._unsafe_masked_index_put_accumulate.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs t",
+    },
     ('_unsafe_masked_index_put_accumulate', 'sound'): {
         'no rule: aten._unsafe_masked_index_put_accumulate.default': '_unsafe_masked_index_put_accumulate[]@mesh(3): no sharding rule for aten._unsafe_masked_index_put_accumulate.default',
     },
     ('argwhere', 'forward'): {
         'no rule: aten.nonzero.default': "argwhere[R]@mesh(2): NoShardingRuleError: aten.nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('argwhere', 'inference'): {
+        'no rule: aten.nonzero.default': "argwhere[R]@mesh(2): NoShardingRuleError: aten.nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('argwhere', 'sound'): {
         'no rule: aten.nonzero.default': 'argwhere[]@mesh(3): no sharding rule for aten.nonzero.default',
     },
     ('bincount', 'forward'): {
+        'no rule: aten.bincount.default': "bincount[R]@mesh(2): NoShardingRuleError: aten.bincount.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('bincount', 'inference'): {
         'no rule: aten.bincount.default': "bincount[R]@mesh(2): NoShardingRuleError: aten.bincount.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('bincount', 'sound'): {
@@ -123,7 +149,13 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('combinations', 'forward'): {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('combinations', 'inference'): {
+        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('geqrf', 'forward'): {
+        'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('geqrf', 'inference'): {
         'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('geqrf', 'sound'): {
@@ -132,10 +164,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('hash_tensor', 'forward'): {
         'no rule: aten.hash_tensor.default': "hash_tensor[R]@mesh(2): NoShardingRuleError: aten.hash_tensor.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('hash_tensor', 'inference'): {
+        'no rule: aten.hash_tensor.default': "hash_tensor[R]@mesh(2): NoShardingRuleError: aten.hash_tensor.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('hash_tensor', 'sound'): {
         'no rule: aten.hash_tensor.default': 'hash_tensor[]@mesh(3): no sharding rule for aten.hash_tensor.default',
     },
     ('histogram', 'forward'): {
+        'no rule: aten.histogram.bin_ct': "histogram[R]@mesh(2): NoShardingRuleError: aten.histogram.bin_ct has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('histogram', 'inference'): {
         'no rule: aten.histogram.bin_ct': "histogram[R]@mesh(2): NoShardingRuleError: aten.histogram.bin_ct has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('histogram', 'sound'): {
@@ -144,10 +182,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('histogramdd', 'forward'): {
         'no rule: aten._histogramdd_bin_edges.default': "histogramdd[R]@mesh(2): NoShardingRuleError: aten._histogramdd_bin_edges.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('histogramdd', 'inference'): {
+        'no rule: aten._histogramdd_bin_edges.default': "histogramdd[R]@mesh(2): NoShardingRuleError: aten._histogramdd_bin_edges.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('linalg.lstsq', 'backward'): {
         'no rule: aten.linalg_lstsq.default': "linalg.lstsq[R;R]@mesh(2): NoShardingRuleError: aten.linalg_lstsq.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('linalg.lstsq', 'forward'): {
+        'no rule: aten.linalg_lstsq.default': "linalg.lstsq[R;R]@mesh(2): NoShardingRuleError: aten.linalg_lstsq.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('linalg.lstsq', 'inference'): {
         'no rule: aten.linalg_lstsq.default': "linalg.lstsq[R;R]@mesh(2): NoShardingRuleError: aten.linalg_lstsq.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('linalg.lstsq', 'sound'): {
@@ -159,16 +203,25 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('linalg.lstsq.grad_oriented', 'forward'): {
         'no rule: aten.linalg_lstsq.default': "linalg.lstsq.grad_oriented[R;R]@mesh(2): NoShardingRuleError: aten.linalg_lstsq.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('linalg.lstsq.grad_oriented', 'inference'): {
+        'no rule: aten.linalg_lstsq.default': "linalg.lstsq.grad_oriented[R;R]@mesh(2): NoShardingRuleError: aten.linalg_lstsq.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('linalg.lstsq.grad_oriented', 'sound'): {
         'no rule: aten.linalg_lstsq.default': 'linalg.lstsq.grad_oriented[]@mesh(3): no sharding rule for aten.linalg_lstsq.default',
     },
     ('linspace.tensor_overload', 'forward'): {
         'no rule: aten.linspace.Tensor_Tensor': "linspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.linspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('linspace.tensor_overload', 'inference'): {
+        'no rule: aten.linspace.Tensor_Tensor': "linspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.linspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('linspace.tensor_overload', 'sound'): {
         'no rule: aten.linspace.Tensor_Tensor': 'linspace.tensor_overload[]@mesh(3): no sharding rule for aten.linspace.Tensor_Tensor',
     },
     ('logspace.tensor_overload', 'forward'): {
+        'no rule: aten.logspace.Tensor_Tensor': "logspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.logspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('logspace.tensor_overload', 'inference'): {
         'no rule: aten.logspace.Tensor_Tensor': "logspace.tensor_overload[R;R]@mesh(2): NoShardingRuleError: aten.logspace.Tensor_Tensor has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('logspace.tensor_overload', 'sound'): {
@@ -180,6 +233,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('masked_scatter', 'forward'): {
         'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('masked_scatter', 'inference'): {
+        'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('masked_scatter', 'sound'): {
         'no rule: aten.masked_scatter.default': 'masked_scatter[]@mesh(3): no sharding rule for aten.masked_scatter.default',
     },
@@ -189,10 +245,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('masked_select', 'forward'): {
         'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('masked_select', 'inference'): {
+        'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('masked_select', 'sound'): {
         'no rule: aten.masked_select.default': 'masked_select[]@mesh(3): no sharding rule for aten.masked_select.default',
     },
     ('multinomial', 'forward'): {
+        'no rule: aten.multinomial.default': "multinomial[R]@mesh(2): NoShardingRuleError: aten.multinomial.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('multinomial', 'inference'): {
         'no rule: aten.multinomial.default': "multinomial[R]@mesh(2): NoShardingRuleError: aten.multinomial.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.ctc_loss', 'backward'): {
@@ -201,10 +263,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.ctc_loss', 'forward'): {
         'no rule: aten._ctc_loss.default': "nn.functional.ctc_loss[R;R]@mesh(2): NoShardingRuleError: aten._ctc_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('nn.functional.ctc_loss', 'inference'): {
+        'no rule: aten._ctc_loss.default': "nn.functional.ctc_loss[R;R]@mesh(2): NoShardingRuleError: aten._ctc_loss.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('nn.functional.embedding_bag', 'backward'): {
         'no rule: aten._embedding_bag.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.embedding_bag', 'forward'): {
+        'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nn.functional.embedding_bag', 'inference'): {
         'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.embedding_bag', 'sound'): {
@@ -216,10 +284,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.fractional_max_pool2d', 'forward'): {
         'no rule: aten.fractional_max_pool2d.default': "nn.functional.fractional_max_pool2d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool2d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('nn.functional.fractional_max_pool2d', 'inference'): {
+        'no rule: aten.fractional_max_pool2d.default': "nn.functional.fractional_max_pool2d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool2d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('nn.functional.fractional_max_pool3d', 'backward'): {
         'no rule: aten.fractional_max_pool3d.default': "nn.functional.fractional_max_pool3d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool3d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.fractional_max_pool3d', 'forward'): {
+        'no rule: aten.fractional_max_pool3d.default': "nn.functional.fractional_max_pool3d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool3d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nn.functional.fractional_max_pool3d', 'inference'): {
         'no rule: aten.fractional_max_pool3d.default': "nn.functional.fractional_max_pool3d[R]@mesh(2): NoShardingRuleError: aten.fractional_max_pool3d.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.linear_cross_entropy.chunked', 'backward'): {
@@ -228,10 +302,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.linear_cross_entropy.chunked', 'forward'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
     },
+    ('nn.functional.linear_cross_entropy.chunked', 'inference'): {
+        'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
+    },
     ('nn.functional.linear_cross_entropy.chunked_none', 'backward'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
     },
     ('nn.functional.linear_cross_entropy.chunked_none', 'forward'): {
+        'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
+    },
+    ('nn.functional.linear_cross_entropy.chunked_none', 'inference'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
     },
     ('nn.functional.multi_margin_loss', 'backward'): {
@@ -240,13 +320,22 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.multilabel_margin_loss', 'backward'): {
         'no rule: aten.multilabel_margin_loss_backward.default': "nn.functional.multilabel_margin_loss[R;R]@mesh(2): NoShardingRuleError: aten.multilabel_margin_loss_backward.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replica",
     },
+    ('nn.functional.one_hot', 'inference'): {
+        'no rule: aten._assert_async.msg': "nn.functional.one_hot[R]@mesh(2): NoShardingRuleError: aten._assert_async.msg has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('nn.functional.rrelu', 'backward'): {
         'no rule: aten.rrelu_with_noise.default': "nn.functional.rrelu[R]@mesh(2): NoShardingRuleError: aten.rrelu_with_noise.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.rrelu', 'forward'): {
         'no rule: aten.rrelu_with_noise.default': "nn.functional.rrelu[R]@mesh(2): NoShardingRuleError: aten.rrelu_with_noise.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('nn.functional.rrelu', 'inference'): {
+        'no rule: aten.rrelu_with_noise.default': "nn.functional.rrelu[R]@mesh(2): NoShardingRuleError: aten.rrelu_with_noise.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('nonzero', 'forward'): {
+        'no rule: aten.nonzero.default': "nonzero[R]@mesh(2): NoShardingRuleError: aten.nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nonzero', 'inference'): {
         'no rule: aten.nonzero.default': "nonzero[R]@mesh(2): NoShardingRuleError: aten.nonzero.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nonzero', 'sound'): {
@@ -255,19 +344,31 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nonzero_static', 'forward'): {
         'no rule: aten.nonzero_static.default': "nonzero_static[R]@mesh(2): NoShardingRuleError: aten.nonzero_static.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('nonzero_static', 'inference'): {
+        'no rule: aten.nonzero_static.default': "nonzero_static[R]@mesh(2): NoShardingRuleError: aten.nonzero_static.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('nonzero_static', 'sound'): {
         'no rule: aten.nonzero_static.default': 'nonzero_static[]@mesh(3): no sharding rule for aten.nonzero_static.default',
     },
     ('resize_', 'forward'): {
         'no rule: aten.resize_.default': "resize_[R]@mesh(2): NoShardingRuleError: aten.resize_.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('resize_', 'inference'): {
+        'no rule: aten.resize_.default': "resize_[R]@mesh(2): NoShardingRuleError: aten.resize_.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('resize_as_', 'forward'): {
+        'no rule: aten.resize_as_.default': "resize_as_[R;R]@mesh(2): NoShardingRuleError: aten.resize_as_.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('resize_as_', 'inference'): {
         'no rule: aten.resize_as_.default': "resize_as_[R;R]@mesh(2): NoShardingRuleError: aten.resize_as_.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('to_sparse', 'backward'): {
         'no rule: aten._to_sparse.default': "to_sparse[R]@mesh(2): NoShardingRuleError: aten._to_sparse.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('to_sparse', 'forward'): {
+        'no rule: aten._to_sparse.default': "to_sparse[R]@mesh(2): NoShardingRuleError: aten._to_sparse.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('to_sparse', 'inference'): {
         'no rule: aten._to_sparse.default': "to_sparse[R]@mesh(2): NoShardingRuleError: aten._to_sparse.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('to_sparse', 'sound'): {
@@ -282,10 +383,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('unique', 'forward'): {
         'no rule: aten._unique2.default': "unique[R]@mesh(2): NoShardingRuleError: aten._unique2.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('unique', 'inference'): {
+        'no rule: aten._unique2.default': "unique[R]@mesh(2): NoShardingRuleError: aten._unique2.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('unique', 'sound'): {
         'no rule: aten._unique2.default': 'unique[]@mesh(3): no sharding rule for aten._unique2.default',
     },
     ('unique_consecutive', 'forward'): {
+        'no rule: aten.unique_consecutive.default': "unique_consecutive[R]@mesh(2): NoShardingRuleError: aten.unique_consecutive.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('unique_consecutive', 'inference'): {
         'no rule: aten.unique_consecutive.default': "unique_consecutive[R]@mesh(2): NoShardingRuleError: aten.unique_consecutive.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('unique_consecutive', 'sound'): {
@@ -295,23 +402,44 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_batch_norm_with_update', 'forward'): {
         'no strategy: aten._batch_norm_with_update.default': '_batch_norm_with_update[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._batch_norm_with_update.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feasib',
     },
+    ('_batch_norm_with_update', 'inference'): {
+        'no strategy: aten._batch_norm_with_update.default': '_batch_norm_with_update[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._batch_norm_with_update.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feasib',
+    },
     ('_native_batch_norm_legit', 'forward'): {
+        'no strategy: aten._native_batch_norm_legit.default': '_native_batch_norm_legit[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feas',
+    },
+    ('_native_batch_norm_legit', 'inference'): {
         'no strategy: aten._native_batch_norm_legit.default': '_native_batch_norm_legit[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feas',
     },
     # -- reference run raises AssertionError
     ('jiterator_2inputs_2outputs', 'forward'): {
         'reference run raises AssertionError': 'jiterator_2inputs_2outputs[R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
     },
+    ('jiterator_2inputs_2outputs', 'inference'): {
+        'reference run raises AssertionError': 'jiterator_2inputs_2outputs[R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
     ('jiterator_4inputs_with_extra_args', 'forward'): {
+        'reference run raises AssertionError': 'jiterator_4inputs_with_extra_args[R;R;R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
+    ('jiterator_4inputs_with_extra_args', 'inference'): {
         'reference run raises AssertionError': 'jiterator_4inputs_with_extra_args[R;R;R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
     },
     ('jiterator_binary', 'forward'): {
         'reference run raises AssertionError': 'jiterator_binary[R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
     },
+    ('jiterator_binary', 'inference'): {
+        'reference run raises AssertionError': 'jiterator_binary[R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
     ('jiterator_binary_return_by_ref', 'forward'): {
         'reference run raises AssertionError': 'jiterator_binary_return_by_ref[R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
     },
+    ('jiterator_binary_return_by_ref', 'inference'): {
+        'reference run raises AssertionError': 'jiterator_binary_return_by_ref[R;R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
     ('jiterator_unary', 'forward'): {
+        'reference run raises AssertionError': 'jiterator_unary[R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
+    },
+    ('jiterator_unary', 'inference'): {
         'reference run raises AssertionError': 'jiterator_unary[R]@mesh(2): AssertionError: Jiterator is only supported on CUDA and ROCm GPUs, none are available.',
     },
     # -- reference run raises RuntimeError
