@@ -5,6 +5,7 @@ dp x tp mesh, trained once with our DTensor runtime and once with torch.distribu
     .venv/bin/python benchmarks/bench_training.py --mesh 2x2 --steps 4 --model small
     .venv/bin/python benchmarks/bench_training.py --quick         # 2 steps of 8 tokens
     .venv/bin/python benchmarks/bench_training.py --gloo          # 2 real gloo processes
+    .venv/bin/python benchmarks/bench_training.py --quick --mesh 2x2 --features  # + features
 
 ours:  ``examples.train.parallelize`` (our tensor + sequence parallel plan, our
        ``fully_shard`` per layer and root over mesh["dp"]) and our ``loss_parallel``.
@@ -39,6 +40,13 @@ Figures (simpg): the step time is the median wall time of the steps after a warm
 rank's); collectives and bytes come from ``simpg.trace()`` opened inside each rank over the
 same steps, per mesh dim, for the rank that receives the most; state bytes are each rank's
 local parameters, gradients and AdamW moments after the last ``opt.step()``, largest rank.
+The "modelled" rows price one extra, untimed step per side (``simpg.steprecorder``: each
+rank's kernels with their FLOPs and bytes, each collective's issue and wait point) on a
+modelled H100 with NVLink in one node ("nvlink-node") or across InfiniBand nodes of one tp
+group each ("ib-cluster"): the step time, its compute, and the exposed communication, the
+part of the collectives' time the compute does not hide (Note [exposed communication] in
+simpg.overlap). ``--features`` adds a table per feature (fsdp, fsdp+tp, hsdp, bf16 mixed
+precision, activation checkpointing, 2 micro-batches), ours next to torch's FSDP2.
 With ``--gloo`` (2 processes, each training ours and then torch's in one process group;
 mesh 1x2 by default, or 2x1): step time, state bytes and losses; nothing is traced.
 """
@@ -73,6 +81,7 @@ from dtensor.parallel import state_bytes  # noqa: E402
 from examples import train  # noqa: E402
 from examples.models import llama  # noqa: E402
 from examples.train_report import collective_summary, unique_records  # noqa: E402
+from simpg.overlap import INTERCONNECTS, interconnect  # noqa: E402
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions  # noqa: E402
@@ -85,6 +94,7 @@ FULL = "fsdp+tp+sp+loss"  # fully sharded over dp, tensor + sequence + loss para
 TP_ONLY = "tp+sp+loss"  # the fallback: tensor parallel alone on a 1 x tp mesh
 STATE_KINDS = ("parameters", "gradients", "optimizer")
 COMM_TIME = "est. comm time/step, NVLink node (us, serial)"  # simpg's cost model, all dims
+DEVICE = "h100"  # the modelled device of the overlap rows (Note [device presets], simpg.overlap)
 
 
 @dataclass
@@ -96,6 +106,7 @@ class RankRun:
     step_s: list[float]  # wall seconds of each step, warm-up included
     state: dict[str, int] = field(default_factory=dict)  # local bytes after the last step
     records: list[Any] = field(default_factory=list)  # simpg: collectives of measured steps
+    timeline: Any = None  # simpg: a recorded extra step (simpg.overlap.RankTimeline)
 
 
 @dataclass
@@ -128,6 +139,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ours-attention", choices=("default", "math"), default="default",
                    help="ours' attention kernel (torch's side always runs the math form)")
     p.add_argument("--quick", action="store_true", help="2 steps of 8 tokens")
+    p.add_argument("--features", action="store_true",
+                   help="also the per-feature table: fsdp, fsdp+tp, hsdp, bf16 mixed "
+                   "precision, activation checkpointing, 2 micro-batches (simpg only)")
     p.add_argument("--write-readme", action="store_true",
                    help="also rewrite this run's block of README.md (simulated or --gloo)")
     p.add_argument("--gloo", action="store_true",
@@ -150,6 +164,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except SystemExit:
         p.error(f"--mesh {args.mesh} / --batch {args.batch}: see the message above")
     args.dp_size, args.tp_size = args.train.dp_size, args.train.tp_size
+    if args.features and args.gloo:
+        p.error("--features runs on simpg only: drop --gloo")
     if (args.gloo or args.gloo_worker) and args.dp_size * args.tp_size != 2:
         p.error(f"--gloo runs 2 processes: --mesh {args.mesh} has "
                 f"{args.dp_size * args.tp_size} ranks (try 1x2 or 2x1)")
@@ -225,6 +241,73 @@ def _setup(lib: str, args: argparse.Namespace, config: str) -> tuple[Any, Any, C
     return mesh, model, implicit_replication
 
 
+@dataclass(frozen=True)
+class Feature:
+    """One row of the feature table: fully_shard over every rank plus one feature."""
+
+    hsdp: bool = False  # 2-d (replicate=dp, shard=tp) mesh instead of 1-d over every rank
+    bf16: bool = False  # MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)
+    checkpoint: bool = False  # torch.utils.checkpoint around each block
+    micro_batches: int = 1  # gradient accumulation, set_requires_gradient_sync
+
+
+# FULL ("fsdp+tp") runs through _setup; these through _setup_feature
+FEATURES = {
+    "fsdp": Feature(),
+    "hsdp": Feature(hsdp=True),
+    "fsdp bf16": Feature(bf16=True),
+    "fsdp+ac": Feature(checkpoint=True),
+    "fsdp accum x2": Feature(micro_batches=2),
+}
+FEATURE_ROWS = ("fsdp", FULL, "hsdp", "fsdp bf16", "fsdp+ac", "fsdp accum x2")
+
+
+class _Checkpointed(torch.nn.Module):
+    """A fully sharded block called under ``torch.utils.checkpoint`` (non-reentrant): its
+    activations are recomputed in the backward, its gather hooks run inside the checkpoint."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+def feature_batch(args: argparse.Namespace) -> int:
+    """The global batch of the feature runs: every rank gets rows, two micro-batches' worth."""
+    world = args.dp_size * args.tp_size
+    return math.lcm(args.batch, 2 * world)
+
+
+def _setup_feature(lib: str, args: argparse.Namespace, feature: Feature) -> _Run:
+    """The model fully sharded (1-d over every rank, or HSDP on dp x tp) with ``feature``."""
+    dp, tp = args.dp_size, args.tp_size
+    shape, names = ((dp, tp), ("replicate", "shard")) if feature.hsdp else ((dp * tp,), ("dp",))
+    if lib == "ours":
+        import dtensor
+        from dtensor.parallel import MixedPrecisionPolicy, fully_shard
+
+        mesh = dtensor.init_device_mesh("cpu", shape, mesh_dim_names=names)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if feature.bf16 else MixedPrecisionPolicy())
+    model = build_model(args)
+    for i, layer in enumerate(model.layers):
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+        if feature.checkpoint:
+            model.layers[i] = _Checkpointed(layer)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return _Run(model, contextlib.nullcontext, dist.get_rank(), dist.get_world_size(), None,
+                feature.micro_batches, feature_batch(args))
+
+
 def rank_body(lib: str, args: argparse.Namespace, config: str, traced: bool) -> RankRun:
     """One rank's training run with ``lib``: the same on simpg and on gloo processes."""
     if lib == "torch":
@@ -237,26 +320,25 @@ def rank_body(lib: str, args: argparse.Namespace, config: str, traced: bool) -> 
 
 
 def _train(lib: str, args: argparse.Namespace, config: str, traced: bool) -> RankRun:
-    mesh, model, loss_context = _setup(lib, args, config)
+    run = _setup_feature(lib, args, FEATURES[config]) if config in FEATURES else None
+    if run is None:
+        mesh, model, loss_context = _setup(lib, args, config)
+        run = _Run(model, loss_context, mesh.get_local_rank("dp"), mesh.size(0),
+                   mesh.get_group("dp") if mesh.size(0) > 1 else None, 1, args.batch)
+    model = run.model
     opt = train.make_optimizer(model.parameters(), args.train)
-    dp_rank, dp_size = mesh.get_local_rank("dp"), mesh.size(0)
-    rows = slice(dp_rank * args.batch // dp_size, (dp_rank + 1) * args.batch // dp_size)
+    rows = slice(run.data_rank * run.batch // run.data_size,
+                 (run.data_rank + 1) * run.batch // run.data_size)
     losses: list[torch.Tensor] = []
     step_s: list[float] = []
     records: list[Any] = []
     state: dict[str, int] = {}
     for step in range(args.steps):
-        inputs, targets = (t[rows] for t in train.batch(args.train, step,
-                                                          args.config.vocab_size))
+        inputs, targets = _rows(args, run, step, rows)
         dist.barrier()  # the ranks start each step together (untimed, untraced)
         start = time.perf_counter()
         with _trace(traced and step > 0) as trace:
-            with loss_context():
-                loss = llama.loss_fn(model(inputs), targets)
-                loss.backward()
-            if args.clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            opt.step()
+            loss = _forward_backward(run, inputs, targets, args.clip, opt)
             if step == args.steps - 1:  # gradients and optimizer state alive; not timed
                 paused = time.perf_counter()
                 # reads each DTensor's _local_tensor: ours and torch's alike
@@ -267,12 +349,67 @@ def _train(lib: str, args: argparse.Namespace, config: str, traced: bool) -> Ran
         if trace is not None:
             records.extend(trace.records)
         value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
-        losses.append(value.detach().reshape(1))
+        losses.append(value.detach().float().reshape(1))
+    timeline = _recorded_step(args, run, opt, rows) if traced else None
     total = torch.cat(losses)
-    if dp_size > 1:  # each dp rank's loss is the mean of its rows: average the shares
-        dist.all_reduce(total, group=mesh.get_group("dp"))
-        total /= dp_size
-    return RankRun(dist.get_rank(), total.tolist(), step_s, state, records)
+    if run.data_size > 1:  # each data rank's loss is the mean of its rows: average the shares
+        dist.all_reduce(total, group=run.data_group)
+        total /= run.data_size
+    return RankRun(dist.get_rank(), total.tolist(), step_s, state, records, timeline)
+
+
+@dataclass
+class _Run:
+    """A rank's parallelized model and how its data and loss are split."""
+
+    model: Any
+    loss_context: Callable
+    data_rank: int  # this rank's share of the global batch ...
+    data_size: int  # ... of this many
+    data_group: Any  # where the losses are averaged (None: the world)
+    micro_batches: int
+    batch: int  # the global batch
+
+
+def _rows(args: argparse.Namespace, run: _Run, step: int, rows: slice
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    targs = argparse.Namespace(**vars(args.train))
+    targs.batch = run.batch
+    inputs, targets = train.batch(targs, step, args.config.vocab_size)
+    return inputs[rows], targets[rows]
+
+
+def _forward_backward(run: _Run, inputs: torch.Tensor, targets: torch.Tensor, clip: float,
+                      opt: torch.optim.Optimizer) -> torch.Tensor:
+    """One optimizer step over ``run.micro_batches`` micro-batches; the step's loss."""
+    parts: list[torch.Tensor] = []
+    micro = run.micro_batches
+    for i, (x, y) in enumerate(zip(inputs.chunk(micro), targets.chunk(micro))):
+        if micro > 1:  # reduce-scatter the gradients on the last micro-batch only
+            run.model.set_requires_gradient_sync(i == micro - 1)
+        with run.loss_context():
+            loss = llama.loss_fn(run.model(x).float(), y) / micro
+            loss.backward()
+        parts.append(loss.detach())
+    if clip:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
+    opt.step()
+    return sum(parts[1:], parts[0])
+
+
+def _recorded_step(args: argparse.Namespace, run: _Run, opt: torch.optim.Optimizer,
+                   rows: slice) -> Any:
+    """One more step (not timed, its loss unused) under ``simpg.steprecorder``: the kernels
+    and collective issue/wait points the overlap model prices (Note [exposed communication]
+    in simpg.overlap)."""
+    from simpg.steprecorder import record_step
+
+    inputs, targets = _rows(args, run, args.steps, rows)
+    dist.barrier()
+    with record_step() as recorder:
+        _forward_backward(run, inputs, targets, args.clip, opt)
+        opt.zero_grad()
+    return recorder.timeline()
 
 
 @contextlib.contextmanager
@@ -314,12 +451,17 @@ def _attention(lib: str, args: argparse.Namespace) -> Iterator[None]:
 def run_side(lib: str, args: argparse.Namespace, config: str) -> Side:
     import simpg
 
-    shape = (args.dp_size, args.tp_size) if config == FULL else (1, args.tp_size)
+    if config in FEATURES:  # fully_shard over every rank (HSDP: replicate=dp x shard=tp)
+        shape = ((args.dp_size, args.tp_size) if FEATURES[config].hsdp
+                 else (args.dp_size * args.tp_size, 1))
+    else:
+        shape = (args.dp_size, args.tp_size) if config == FULL else (1, args.tp_size)
     side = Side(lib, config, shape)
     from simpg.testing import torch_meshes_per_rank
 
     # each rank's torch mesh its own identity (Note [torch meshes per rank] in simpg.testing)
-    with _attention(lib, args), _torch_loss_parallel(lib), torch_meshes_per_rank():
+    loss_parallel = _torch_loss_parallel(lib if config not in FEATURES else "ours")
+    with _attention(lib, args), loss_parallel, torch_meshes_per_rank():
         side.ranks = simpg.run(rank_body, math.prod(shape), lib, args, config, True,
                                timeout=600)
     return side
@@ -378,12 +520,46 @@ def rows(sides: dict[str, Side], reference: list[float], *,
                 f[f"bytes received/step, {row['dim']}"] = row["bytes"]
                 f[f"collectives/step, {row['dim']}"] = row["count"]
                 f[COMM_TIME] = f.get(COMM_TIME, 0.0) + row["nvlink_s"] * 1e6
+            if all(r.timeline is not None for r in side.ranks):
+                for preset in INTERCONNECTS:
+                    est = modelled(side, preset)
+                    f[f"modelled step, {preset} (us)"] = est.step_s * 1e6
+                    f[f"modelled compute, {preset} (us)"] = est.compute_s * 1e6
+                    f[f"exposed comm, {preset} (us)"] = est.exposed_s * 1e6
         for kind in STATE_KINDS:
             f[f"{kind} bytes/rank (max)"] = max(r.state[kind] for r in side.ranks)
         f["max rel. loss diff vs 1 device"] = _max_rel_diff(side.ranks[0].losses, reference)
     order = [k for lib in LIBS for k in figures.get(lib, {})]
     names = sorted(dict.fromkeys(order), key=_row_order)
     return [(n, figures.get("ours", {}).get(n), figures.get("torch", {}).get(n)) for n in names]
+
+
+def modelled(side: Side, preset: str) -> Any:
+    """The recorded step of ``side`` on DEVICE and the ``preset`` network (a
+    ``simpg.overlap.StepEstimate``). ib-cluster puts one tp group (mesh dim 1) on a node, so
+    the dp dim crosses nodes (every rank is its own node when dim 1 has size 1)."""
+    from simpg.overlap import DEVICES, model_step
+
+    network = interconnect(preset, ranks_per_node=side.mesh[1])
+    return model_step([r.timeline for r in side.ranks], DEVICES[DEVICE], network)
+
+
+def modelled_text(sides: dict[str, Side]) -> str:
+    """What the modelled rows assume (under the table)."""
+    from simpg.overlap import DEVICES
+
+    d = DEVICES[DEVICE]
+    tp = max((s.mesh[1] for s in sides.values() if s.ranks), default=1)
+    return (f"modelled rows: one more step per side recorded with simpg.steprecorder (its "
+            f"kernels, collective issue and wait points), played on a compute and a "
+            f"communication stream per rank (Note [exposed communication] in simpg.overlap) "
+            f"on {d.name}: {d.peak_flops['float32'] / 1e12:g} / "
+            f"{d.peak_flops['bfloat16'] / 1e12:g} TFLOP/s fp32 / bf16, "
+            f"{d.hbm_Bps / 1e12:g} TB/s, {d.kernel_floor_s * 1e6:g} us a kernel at least; "
+            f"nvlink-node: 8 ranks on NVLink; ib-cluster: {tp} ranks (a tp group) per node, "
+            f"dp across 400 Gb/s InfiniBand. torch's FSDP2 waits for its all-gathers on a side "
+            f"stream on CUDA; on CPU there is none, so its waits count on the compute stream "
+            f"(its exposed figure is an upper bound)")
 
 
 def _per_dim(side: Side) -> list[dict]:
@@ -397,8 +573,9 @@ def _per_dim(side: Side) -> list[dict]:
 
 
 def _row_order(name: str) -> tuple[int, str]:
-    prefixes = ("step time", "bytes received", "collectives", "est. comm", "parameters",
-                "gradients", "optimizer", "max rel.")
+    prefixes = ("step time", "bytes received", "collectives", "est. comm", "modelled step",
+                "modelled compute", "exposed comm", "parameters", "gradients", "optimizer",
+                "max rel.")
     return next(i for i, p in enumerate(prefixes) if name.startswith(p)), name
 
 
@@ -412,6 +589,95 @@ def ops_lines(sides: dict[str, Side]) -> list[str]:
             ops = ", ".join(f"{k} x{v:g}" for k, v in sorted(row["ops"].items()))
             out.append(f"- {lib}, {row['dim']}: {ops}")
     return out
+
+
+# -- the feature table ------------------------------------------------------------------------
+def compare_features(args: argparse.Namespace, full: dict[str, Side] | None = None
+                     ) -> tuple[dict[str, dict[str, Side]], list[float]]:
+    """Each feature of FEATURE_ROWS, both libraries (``full``: the fsdp+tp sides already run
+    by :func:`compare`); and the one-device losses of the feature batch."""
+    out: dict[str, dict[str, Side]] = {}
+    for feature in FEATURE_ROWS:
+        if feature == FULL:
+            out[feature] = full if full is not None else compare(args)[0]
+            continue
+        sides = {}
+        for lib in LIBS:
+            try:
+                sides[lib] = run_side(lib, args, feature)
+            except Exception as e:  # noqa: BLE001 - a feature a library cannot run is a finding
+                sides[lib] = Side(lib, feature, (0, 0), error=f"{type(e).__name__}: "
+                                  f"{(str(e).splitlines() or [''])[0][:160]}")
+        out[feature] = sides
+    targs = argparse.Namespace(**vars(args.train))
+    targs.batch = feature_batch(args)
+    return out, train.single_device_losses(targs, build_model(args))
+
+
+def _dim_names(feature: str) -> dict[str, str]:
+    return {"dp": "replicate", "tp": "shard"} if feature == "hsdp" else {}
+
+
+def feature_rows(features: dict[str, dict[str, Side]], reference: list[float]
+                 ) -> list[dict[str, Any]]:
+    """Per feature and library: step time (s), bytes received per mesh dim, state bytes per
+    rank, exposed communication on nvlink-node (s) and the loss difference from one device
+    (the fsdp+tp row against its own batch's reference: the main table has it)."""
+    table = []
+    for feature, sides in features.items():
+        row: dict[str, Any] = {"feature": feature}
+        for lib, side in sides.items():
+            if not side.ranks:
+                row[lib] = {"error": side.error or "did not run"}
+                continue
+            names = _dim_names(feature)
+            per_dim = {names.get(d["dim"], d["dim"]): d["bytes"] for d in _per_dim(side)}
+            row[lib] = {
+                "step_s": _median_step(side),
+                "bytes": per_dim,
+                "state": max(sum(r.state.values()) for r in side.ranks),
+                "exposed_s": modelled(side, "nvlink-node").exposed_s,
+                "modelled_s": modelled(side, "nvlink-node").step_s,
+                "loss_diff": (_max_rel_diff(side.ranks[0].losses, reference)
+                              if feature != FULL else None),
+            }
+        table.append(row)
+    return table
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    return "-" if ours is None or not theirs else f"{ours / theirs:.2f}"
+
+
+def print_features(args: argparse.Namespace, table: list[dict[str, Any]]) -> None:
+    world = args.dp_size * args.tp_size
+    print(f"\nper feature, {world} simulated ranks, global batch {feature_batch(args)} x "
+          f"{args.seq} tokens (fsdp+tp: batch {args.batch}, the main table's run); fully_shard "
+          f"per block and root over all {world} ranks (hsdp: replicate={args.dp_size} x "
+          f"shard={args.tp_size}); modelled on {DEVICE} + nvlink-node")
+    print("\n| feature | step time (s) ours / torch | ratio | bytes received/step by dim, "
+          "ours / torch | state bytes/rank ours / torch | modelled step (us) ours / torch | "
+          "exposed comm (us) ours / torch | ratio | loss diff vs 1 device ours / torch |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for row in table:
+        o, t = row.get("ours", {}), row.get("torch", {})
+        if "error" in o or "error" in t:
+            print(f"| {row['feature']} | ours: {o.get('error', 'ran')}; torch: "
+                  f"{t.get('error', 'ran')} |||||||| ")
+            continue
+
+        def by_dim(x: dict) -> str:
+            return ", ".join(f"{d} {_fmt(b)}" for d, b in sorted(x["bytes"].items()))
+
+        def loss(x: dict) -> str:
+            return "-" if x["loss_diff"] is None else f"{x['loss_diff']:.1e}"
+
+        print(f"| {row['feature']} | {o['step_s']:.3f} / {t['step_s']:.3f} | "
+              f"{_ratio(o['step_s'], t['step_s'])} | {by_dim(o)} / {by_dim(t)} | "
+              f"{_fmt(o['state'])} / {_fmt(t['state'])} | {o['modelled_s'] * 1e6:,.0f} / "
+              f"{t['modelled_s'] * 1e6:,.0f} | {o['exposed_s'] * 1e6:,.0f} / "
+              f"{t['exposed_s'] * 1e6:,.0f} | {_ratio(o['exposed_s'], t['exposed_s'])} | "
+              f"{loss(o)} / {loss(t)} |")
 
 
 # -- gloo --------------------------------------------------------------------------------------
@@ -516,6 +782,7 @@ def print_report(args: argparse.Namespace, sides: dict[str, Side], reference: li
     if machine is not None:
         print(f"\n{machine.footer(spread_text(sides))}")
     if simulated:
+        print("\n" + modelled_text(sides))
         print("\nbusiest rank per mesh dim; collectives per step:")
         print("\n".join(ops_lines(sides)))
     print(f"\n{'step':>4} {'1 device':>10} " + " ".join(f"{lib:>10}" for lib in sides))
@@ -548,6 +815,9 @@ def main(argv: list[str] | None = None) -> int:
     with readme_figures.tee() as report:
         ok = print_report(args, sides, reference, simulated=not args.gloo, command=command,
                           machine=machine)
+        if args.features:
+            features, feature_reference = compare_features(args, sides)
+            print_features(args, feature_rows(features, feature_reference))
     if args.write_readme and ok:
         body = (readme_figures.through_first_table(report.getvalue()) + "\n\n"
                 + conditions.report_lines(report.getvalue()))

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from simpg.errors import CollectiveMismatchError
 from simpg.frames import is_library_file
 from simpg.records import CollectiveRecord
+from simpg.trace import comm_observer
 from simpg.world import World
 
 
@@ -80,6 +81,9 @@ class Work(dist.Work):
         super().__init__()
         self._world, self._call, self._slot, self._unwaited = world, call, slot, unwaited
         unwaited[id(self)] = self  # Note [un-waited work]
+        observer = comm_observer.get()  # Note [issue and wait points] in simpg.steprecorder
+        if observer is not None:
+            observer.issued(self)
 
     @property
     def is_collective(self) -> bool:  # read by deadlock reports only
@@ -101,6 +105,9 @@ class Work(dist.Work):
         if not self._slot.done:
             self._world.wait_until(self)
         self._world.check_failed()  # a mismatch completes the slot without data
+        observer = comm_observer.get()
+        if observer is not None:
+            observer.waited(self)
         return True
 
     def is_completed(self) -> bool:

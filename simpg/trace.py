@@ -13,6 +13,12 @@ from simpg.records import CollectiveRecord
 _open: contextvars.ContextVar[tuple[Trace, ...]] = contextvars.ContextVar("simpg_traces",
                                                                          default=())
 
+# The rank's observer of its own issue and wait points (simpg.steprecorder sets it): its
+# ``issued(work)`` runs when the rank's call returns a Work, ``waited(work)`` when a wait on
+# it returns. None, the default, costs one lookup per call (Note [issue and wait points]).
+comm_observer: contextvars.ContextVar[Any] = contextvars.ContextVar("simpg_comm_observer",
+                                                                    default=None)
+
 
 class Trace:
     """The collectives completed while the block was open, in completion order.

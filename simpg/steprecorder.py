@@ -1,0 +1,227 @@
+"""Record what one rank runs in a block: its local kernels (FLOPs and bytes) interleaved with
+the collectives it issues and waits for, as the events ``simpg.overlap`` schedules.
+
+>>> import torch, torch.distributed as dist, simpg
+>>> def body():
+...     with record_step() as rec:
+...         x = torch.ones(8, 8) @ torch.ones(8, 8)
+...         work = dist.all_reduce(x, async_op=True)
+...         y = x.sum()
+...         work.wait()
+...     return [type(e).__name__ for e in rec.timeline().events]
+>>> simpg.run(body, 2)[0]
+['Compute', 'Compute', 'Compute', 'Issue', 'Compute', 'Wait']
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from simpg.overlap import Compute, Event, Issue, RankTimeline, Wait
+from simpg.trace import Trace, comm_observer
+
+__all__ = ["record_step", "StepRecorder"]
+
+# Note [issue and wait points]
+# A rank's collective is issued where its call returns a Work (simpg.rendezvous.Work's
+# constructor tells the rank's ``comm_observer``), synchronous ones included: torch's
+# eager collectives wait on that Work before returning, so a synchronous collective is an
+# Issue followed at once by a Wait. Its result is waited where ``Work.wait`` returns: an
+# async handle's ``wait()``, funcol's ``wait_tensor``, FSDP's waits. Only the first wait of
+# a Work counts (later ones find it done). The ops simpg itself runs to move the data (on
+# the thread of the rank that arrived last) happen after the ``Call`` was made
+# (``Call.issued_s``) and before the Work exists: the recorder drops the ops it saw since
+# then, so data movement is never priced as compute. The collective's identity is its
+# record's ``seq``: the record keeps each rank's ``issued_s``, the Work its own.
+#
+# Local kernels come from a TorchDispatchMode. The mode stack is thread-local and each simpg
+# rank is a thread, so each rank records only its own ops. A mode runs before tensor
+# subclasses: for a DTensor (ours or torch's) it returns NotImplemented, the subclass runs
+# its sharding logic and calls the local ops on plain tensors, which come back to the mode
+# and are recorded. The same recorder therefore measures both implementations. Ops on
+# FakeTensors or the meta device are metadata work (sharding propagation) and are not
+# recorded; the c10d namespaces are collectives, which simpg records.
+
+_COMM_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
+
+
+def _cpu_flash_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _cpu_flash_backward_flops(grad_out, query, key, value, *args, out_val=None,
+                              **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape,
+                                                 value.shape)
+
+
+aten = torch.ops.aten
+# torch's registry lacks the CPU flash kernels; they do the FLOPs of any other sdpa
+_FLOPS: dict[Any, Any] = {
+    **flop_counter.flop_registry,
+    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flops,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward_flops,
+}
+_FREE_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty",
+                       "new_empty_strided", "_unsafe_view", "resize_", "set_", "lift_fresh",
+                       "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
+                       "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def price_op(func: Any, args: tuple, kwargs: dict, out: Any) -> Compute | None:
+    """The kernel an aten op would be on a device, or None if it is no kernel (a view, an
+    allocation, metadata).
+
+    >>> a = torch.ones(2, 3)
+    >>> price_op(aten.mm.default, (a, a.t()), {}, a @ a.t())
+    Compute(op='mm.default', flops=24, nbytes=64, dtype='float32')
+    """
+    packet = func._overloadpacket
+    if func.is_view or packet.__name__ in _FREE_OPS:
+        return None
+    inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+    if not outputs and not inputs:
+        return None
+    nbytes = sum(t.numel() * t.element_size() for t in inputs + outputs)
+    floating = [t for t in inputs + outputs if t.is_floating_point()]
+    dtype = str(floating[0].dtype if floating else (inputs + outputs)[0].dtype)
+    formula = _FLOPS.get(packet)
+    flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+    name = f"{packet.__name__}.{func._overloadname}"
+    return Compute(name, flops, nbytes, dtype.removeprefix("torch."))
+
+
+class _KernelMode(TorchDispatchMode):
+    def __init__(self, recorder: StepRecorder) -> None:
+        super().__init__()
+        self._recorder = recorder
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if not isinstance(func, torch._ops.OpOverload):
+            return func(*args, **kwargs)
+        if any(issubclass(t, FakeTensor) for t in types):
+            return func(*args, **kwargs)  # sharding propagation's metadata work
+        if any(t is not torch.Tensor and t is not torch.nn.Parameter for t in types):
+            return NotImplemented  # a DTensor: its local ops come back here
+        out = func(*args, **kwargs)
+        if func.namespace not in _COMM_NAMESPACES:
+            tensors = _tensors((args, kwargs, out))
+            if not any(t.is_meta for t in tensors) and not (
+                    "device" in kwargs and torch.device(kwargs["device"]).type == "meta"):
+                op = price_op(func, args, kwargs, out)
+                if op is not None:
+                    self._recorder._kernel(op)
+        return out
+
+
+class StepRecorder:
+    """Records the calling rank's kernels and collectives while open; see
+    :func:`record_step`. After the block, :meth:`timeline` gives the events."""
+
+    def __init__(self) -> None:
+        self._events: list[Event | tuple[str, float]] = []  # Issue/Wait keyed by issued_s
+        self._times: list[float] = []  # per event: perf_counter when recorded (kernels)
+        self._waited: set[float] = set()
+        self._issued: set[float] = set()
+        self._trace = Trace()
+        self._mode = _KernelMode(self)
+        self._token: Any = None
+        self._rank: int | None = None
+        self._timeline: RankTimeline | None = None
+
+    # -- what the mode and simpg's Work report -------------------------------------------------
+    def _kernel(self, op: Compute) -> None:
+        self._events.append(op)
+        self._times.append(time.perf_counter())
+
+    def issued(self, work: Any) -> None:
+        issued_s = work._call.issued_s
+        # the ops since the Call was made were simpg moving data (Note [issue and wait points])
+        while self._times and self._times[-1] >= issued_s and isinstance(self._events[-1],
+                                                                            Compute):
+            self._events.pop()
+            self._times.pop()
+        self._issued.add(issued_s)
+        self._events.append(("issue", issued_s))
+        self._times.append(issued_s)
+
+    def waited(self, work: Any) -> None:
+        issued_s = work._call.issued_s
+        if issued_s in self._waited or issued_s not in self._issued:
+            return  # a later wait finds it done; one issued before the block is not ours
+        self._waited.add(issued_s)
+        self._events.append(("wait", issued_s))
+        self._times.append(self._times[-1] if self._times else issued_s)
+
+    # -- the block -----------------------------------------------------------------------------
+    def __enter__(self) -> StepRecorder:
+        from simpg.backend import rank_context
+
+        ctx = rank_context.get()
+        if ctx is None:
+            raise RuntimeError("record_step() records one rank: open it inside a simpg rank "
+                               "(in the function simpg.run runs), not around simpg.run")
+        world, _ = ctx
+        self._rank = world.current_rank()
+        self._trace.__enter__()
+        self._token = comm_observer.set(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._mode.__exit__(exc_type, exc, tb)
+        comm_observer.reset(self._token)
+        self._trace.__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            self._timeline = self._resolve()
+
+    def _resolve(self) -> RankTimeline:
+        rank = self._rank
+        seq_of: dict[float, int] = {}
+        records = []
+        for rec in self._trace.records:
+            mine = [i for i, r in enumerate(rec.ranks) if r == rank]
+            if not mine:
+                continue
+            records.append(rec)
+            for i in mine:
+                seq_of[rec.start_s[i]] = rec.seq
+        events: list[Event] = []
+        for e in self._events:
+            if isinstance(e, Compute):
+                events.append(e)
+                continue
+            kind, issued_s = e
+            seq = seq_of.get(issued_s)
+            if seq is None:
+                raise RuntimeError(f"rank {rank}: a collective issued inside record_step() "
+                                   f"did not complete before the block ended: expected "
+                                   f"every collective issued in the block to complete in it")
+            events.append(Issue(seq) if kind == "issue" else Wait(seq))
+        return RankTimeline(rank, tuple(events), tuple(records))  # type: ignore[arg-type]
+
+    def timeline(self) -> RankTimeline:
+        if self._timeline is None:
+            raise RuntimeError("StepRecorder.timeline(): the block has not ended (or raised)")
+        return self._timeline
+
+
+def record_step() -> StepRecorder:
+    """Record the calling rank's kernels and collectives inside a ``with`` block (see the
+    module's example and Note [issue and wait points])."""
+    return StepRecorder()
