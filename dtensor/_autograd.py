@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dtensor.placements import Placement, Replicate
+from dtensor.comm import AsyncCollectiveTensor, Handle
+from dtensor.placements import Placement, Replicate, fmt_placements
 from dtensor.redistribute import program_to
 from dtensor.spec import DTensorSpec, replicate_partials
 
@@ -54,7 +55,10 @@ class ToLocal(torch.autograd.Function):
         ctx.spec = dt._spec
         ctx.cls = type(dt)
         ctx.grad_placements = grad_placements
-        return dt._local_tensor.view_as(dt._local_tensor)
+        local = dt._local_tensor
+        if type(local) is AsyncCollectiveTensor:  # still in flight (Note [async redistribute])
+            return local.alias()
+        return local.view_as(local)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[DTensor, None]:  # type: ignore[override]
@@ -72,6 +76,8 @@ class Redistribute(torch.autograd.Function):
 
     Where no gradient can flow (grad mode off, or the input needs none) ``apply`` runs the
     move without autograd's Function machinery, which costs more than a cached move itself.
+    With ``async_op`` the forward returns with its last collective in flight (Note [async
+    redistribute] in dtensor/comm.py); the backward is synchronous.
     """
 
     @classmethod
@@ -79,7 +85,7 @@ class Redistribute(torch.autograd.Function):
               async_op: bool = False, forward_dtype: torch.dtype | None = None,
               backward_dtype: torch.dtype | None = None) -> DTensor:
         if not (dt.requires_grad and torch.is_grad_enabled()):
-            return _redistributed(dt, placements, forward_dtype, False)
+            return _redistributed(dt, placements, forward_dtype, False, async_op)
         return super().apply(dt, placements, async_op, forward_dtype, backward_dtype)
 
     @staticmethod
@@ -89,7 +95,7 @@ class Redistribute(torch.autograd.Function):
         ctx.src_spec = dt._spec
         ctx.cls = type(dt)
         ctx.backward_dtype = backward_dtype
-        return _redistributed(dt, placements, forward_dtype, dt.requires_grad)
+        return _redistributed(dt, placements, forward_dtype, dt.requires_grad, async_op)
 
     @staticmethod
     def backward(ctx: Any, grad: DTensor) -> tuple:  # type: ignore[override]
@@ -103,18 +109,51 @@ class Redistribute(torch.autograd.Function):
 
 
 def _redistributed(dt: DTensor, placements: tuple[Placement, ...],
-                   forward_dtype: torch.dtype | None, requires_grad: bool) -> DTensor:
-    """``dt`` moved to ``placements`` by its cached program (Note [compiled plans])."""
+                   forward_dtype: torch.dtype | None, requires_grad: bool,
+                   async_op: bool = False) -> DTensor:
+    """``dt`` moved to ``placements`` by its cached program (Note [compiled plans]); with
+    ``async_op``, before its last collective is done (Note [async redistribute] in
+    dtensor/comm.py)."""
     local, spec = dt._local_tensor, dt._spec
     if forward_dtype is not None and forward_dtype != local.dtype:
         local = local.to(forward_dtype)
         spec = DTensorSpec(spec.mesh, spec.placements, spec.shape, spec.stride, forward_dtype)
     if placements == spec.placements:
+        if type(local) is AsyncCollectiveTensor:  # in flight: Note [async redistribute]
+            if not async_op:  # a synchronous redistribute returns a finished piece
+                return type(dt)(local.wait(), spec, requires_grad=requires_grad)
+            out = type(dt)(local, spec, requires_grad=requires_grad)
+            local.held_by(out)  # one more holder, given the finished piece on the wait
+            return out
         return type(dt)(local, spec, requires_grad=requires_grad)
     out_spec, move = program_to(spec, placements)
-    # an async redistribute is finished here: a DTensor's piece is a tensor, not a handle
-    # (the overlap torch's AsyncCollectiveTensor gives is not built yet)
+    if async_op:
+        return _in_flight(dt, move(local, True), local, out_spec, requires_grad)
     return type(dt)(move(local), out_spec, requires_grad=requires_grad)
+
+
+def _in_flight(dt: DTensor, handle: Handle[torch.Tensor], local: torch.Tensor,
+               spec: DTensorSpec, requires_grad: bool) -> DTensor:
+    """A DTensor of ``spec`` whose piece is ``handle``'s result, waited at its first use
+    (Note [async redistribute] in dtensor/comm.py)."""
+    if not handle.in_flight:  # only local steps, or nothing to move
+        return type(dt)(handle.wait(), spec, requires_grad=requires_grad)
+    src = dt._spec
+
+    def describe() -> str:
+        return (f"redistribute {fmt_placements(src.placements)}->"
+                f"{fmt_placements(spec.placements)} of shape {src.shape} on {src.mesh!r}")
+
+    piece = AsyncCollectiveTensor.issued(handle, spec.local_shape(), local, describe)
+    out = type(dt)(piece, spec, requires_grad=requires_grad)
+    piece.held_by(out)
+    return out
+
+
+def local_piece(dt: DTensor) -> torch.Tensor:
+    """``dt``'s piece as a plain tensor: waited for if a collective still computes it."""
+    local = dt._local_tensor
+    return local.wait() if type(local) is AsyncCollectiveTensor else local
 
 
 def gradient_spec(src: DTensorSpec) -> DTensorSpec:

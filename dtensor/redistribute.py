@@ -44,7 +44,7 @@ import torch.distributed as dist
 
 from dtensor import collective_layout as cl
 from dtensor import comm
-from dtensor.comm import Handle
+from dtensor.comm import AsyncCollectiveTensor, Handle
 from dtensor.layout import Box, box_shape, local_box, local_shape
 from dtensor.local_redistribute import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.local_redistribute import StepError, one_partial_op
@@ -170,6 +170,8 @@ class Program:
 
     def __call__(self, local: torch.Tensor, async_op: bool = False) -> Any:
         runners = self.runners
+        if type(local) is AsyncCollectiveTensor:  # Note [async redistribute]: no data to send
+            local = local.wait()
         if not runners:  # nothing to move, or not on the mesh
             return Handle.done(local) if async_op else local
         if local.shape != self.want:

@@ -67,7 +67,8 @@ class DTensor(torch.Tensor):
         return r
 
     def __repr__(self) -> str:  # type: ignore[override]
-        return (f"DTensor(local_tensor={self._local_tensor}, device_mesh={self._spec.mesh}, "
+        return (f"DTensor(local_tensor={_autograd.local_piece(self)}, "
+                f"device_mesh={self._spec.mesh}, "
                 f"placements={self._spec.placements})")
 
     # -- copying and pickling (Note [pickling meshes] in dtensor.mesh) ----------------------
@@ -89,6 +90,7 @@ class DTensor(torch.Tensor):
     # -- tracing (Note [tracing DTensors] in dtensor.compile) ---------------------------------
     def __tensor_flatten__(self) -> tuple[list[str], tuple]:
         # the binding is part of the guard: a graph bakes in this rank's groups and pieces
+        _autograd.local_piece(self)  # a piece in flight is finished and put in place first
         return ["_local_tensor"], (self._spec, _compile.binding(self._spec.mesh),
                                    self.requires_grad)
 
@@ -183,7 +185,12 @@ class DTensor(torch.Tensor):
 
     def to_local(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """This rank's piece; differentiable (the gradient arrives in ``grad_placements``,
-        by default this DTensor's placements)."""
+        by default this DTensor's placements).
+
+        Of the result of ``redistribute(..., async_op=True)`` not used yet, it is an
+        ``AsyncCollectiveTensor``, as torch's is: its collective is still in flight, the
+        first op on it waits, and its ``wait()`` gives the plain tensor (Note [async
+        redistribute] in dtensor/comm.py)."""
         gp = None
         if grad_placements is not None:  # checked now, not when a backward finds it wrong
             gp = normalize_placements(grad_placements, self.dim(), self._spec.mesh.ndim,
@@ -200,7 +207,27 @@ class DTensor(torch.Tensor):
 
         ``forward_dtype`` casts before the forward collectives (the result has that dtype);
         ``backward_dtype`` casts the gradient before the backward ones (it returns in this
-        DTensor's dtype). ``async_op=True`` is accepted and finishes before returning."""
+        DTensor's dtype).
+
+        With ``async_op=True`` it returns as soon as the last collective is issued, and the
+        wait happens where the result is first used: any op on it, ``to_local()``'s result's
+        first op, ``full_tensor()``, another redistribute, printing, pickling, a backward.
+        Work done in between overlaps the collective. A collective that fails raises an
+        ``AsyncCollectiveError`` at that first use. Only the forward is asynchronous; the
+        backward's collectives run synchronously (Note [async redistribute] in
+        dtensor/comm.py).
+
+        >>> import torch, simpg
+        >>> from dtensor import init_device_mesh, distribute_tensor, Shard, Replicate
+        >>> def body():
+        ...     mesh = init_device_mesh("cpu", (2,))
+        ...     x = distribute_tensor(torch.arange(4.0), mesh, [Shard(0)])
+        ...     y = x.redistribute(mesh, [Replicate()], async_op=True)  # the gather is issued
+        ...     z = torch.ones(3) * 2  # local work meanwhile
+        ...     return (y + 1).to_local().tolist()  # the first use waits
+        >>> simpg.run(body, 2)[0]
+        [1.0, 2.0, 3.0, 4.0]
+        """
         mesh = self._spec.mesh
         if (device_mesh is None or device_mesh is mesh) and placements is not None \
                 and forward_dtype is None and backward_dtype is None:  # the common call

@@ -135,9 +135,20 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
         raise
     if dt.placements != placements:
         # the tensor method, not Redistribute.apply: dynamo inlines hooks, and puts the
-        # method in a graph as it is (Note [from_local in a graph] in dtensor/compile.py)
-        dt = dt.redistribute(mesh, placements)
+        # method in a graph as it is (Note [from_local in a graph] in dtensor/compile.py);
+        # Note [styles move asynchronously]
+        dt = dt.redistribute(mesh, placements, async_op=True)
     return dt
+
+
+# Note [styles move asynchronously]
+# As torch's styles do, every move a style makes is issued with async_op=True (Note [async
+# redistribute] in dtensor/comm.py): the hook returns with the collective in flight and the
+# wait happens at the first op on the result. That op may be far: a module's output goes back
+# to the caller (a row-wise projection's all_reduce overlaps whatever runs before the residual
+# add; with use_local_output the local piece stays in flight too), and PrepareModuleInput
+# issues the collectives of all its inputs before any of them is waited. Results are the
+# same as with synchronous moves, bit for bit: the same collectives run on the same pieces.
 
 
 def _one_placement(target: Placement, ndim: int) -> tuple[Placement, ...]:
