@@ -592,12 +592,16 @@ def ops_lines(sides: dict[str, Side]) -> list[str]:
 
 
 # -- the feature table ------------------------------------------------------------------------
-def compare_features(args: argparse.Namespace, full: dict[str, Side] | None = None
+def compare_features(args: argparse.Namespace, full: dict[str, Side] | None = None,
+                     names: tuple[str, ...] = FEATURE_ROWS
                      ) -> tuple[dict[str, dict[str, Side]], list[float]]:
-    """Each feature of FEATURE_ROWS, both libraries (``full``: the fsdp+tp sides already run
+    """Each feature of ``names``, both libraries (``full``: the fsdp+tp sides already run
     by :func:`compare`); and the one-device losses of the feature batch."""
+    unknown = [n for n in names if n not in FEATURE_ROWS]
+    if unknown:
+        raise ValueError(f"features {unknown}: expected some of {', '.join(FEATURE_ROWS)}")
     out: dict[str, dict[str, Side]] = {}
-    for feature in FEATURE_ROWS:
+    for feature in names:
         if feature == FULL:
             out[feature] = full if full is not None else compare(args)[0]
             continue

@@ -1,5 +1,6 @@
 """Smoke test of benchmarks/bench_training.py: ours and torch's parallel training on a 2x2
-simulated mesh for 2 steps both match one device, and every row of the table is there."""
+simulated mesh for 2 steps both match one device, every row of the table is there (the
+modelled step and exposed communication too), and rows of the feature table."""
 
 from __future__ import annotations
 
@@ -39,9 +40,45 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
                  "collectives/step, dp", "collectives/step, tp"):
         assert table[name][0] > 0 and table[name][1] > 0, name
 
+    # the modelled rows (simpg.overlap): per preset, step = compute + exposed, all positive;
+    # InfiniBand between the dp ranks is slower than one NVLink node
+    for lib, i in (("ours", 0), ("torch", 1)):
+        for preset in ("nvlink-node", "ib-cluster"):
+            step, compute, exposed = (table[f"{kind}, {preset} (us)"][i] for kind in (
+                "modelled step", "modelled compute", "exposed comm"))
+            assert 0 < compute < step and exposed > 0, (lib, preset)
+            assert step == pytest.approx(compute + exposed), (lib, preset)
+        assert (table["exposed comm, ib-cluster (us)"][i]
+                > table["exposed comm, nvlink-node (us)"][i]), lib
+        timeline = sides[lib].ranks[0].timeline
+        issued = {e.collective for e in timeline.events if type(e).__name__ == "Issue"}
+        assert issued == {r.seq for r in timeline.records} and len(issued) > 0, lib
+
     assert bench.print_report(args, sides, reference, simulated=True, command="test")
     out = capsys.readouterr().out
     assert "| bytes received/step, tp |" in out and "ours: PASS; torch: PASS" in out
+    assert "| exposed comm, nvlink-node (us) |" in out and "modelled rows:" in out
+
+    # two rows of the feature table (the fsdp+tp row reuses the run above)
+    names = (bench.FULL, "hsdp", "fsdp accum x2")
+    features, feature_reference = bench.compare_features(args, sides, names)
+    assert features[bench.FULL] is sides
+    table = {row["feature"]: row for row in bench.feature_rows(features, feature_reference)}
+    for name in names:
+        for lib in bench.LIBS:
+            figures = table[name][lib]
+            assert "error" not in figures, (name, lib, figures)
+            assert figures["step_s"] > 0 and figures["exposed_s"] > 0, (name, lib)
+            assert figures["state"] > 0 and all(b > 0 for b in figures["bytes"].values())
+    for lib in bench.LIBS:  # hsdp gathers over shard, all-reduces over replicate
+        assert set(table["hsdp"][lib]["bytes"]) == {"replicate", "shard"}, lib
+        # training like one device (the same global batch in two micro-batches)
+        assert table["fsdp accum x2"][lib]["loss_diff"] < 1e-5, lib
+        assert table["hsdp"][lib]["loss_diff"] < 1e-5, lib
+    assert table["fsdp accum x2"]["ours"]["bytes"] == table["fsdp accum x2"]["torch"]["bytes"]
+    bench.print_features(args, list(table.values()))
+    out = capsys.readouterr().out
+    assert "| hsdp |" in out and "| fsdp accum x2 |" in out
 
 
 # slow tier: the benchmark's --gloo option (35 s of process start-up); training on gloo
