@@ -1,6 +1,7 @@
 """Context parallelism (Note [context parallel] in dtensor.parallel.context): the Llama model
-on a sequence split over 2 and 4 ranks, causal attention made whole across them, gives one
-device's logits, loss and gradients; errors for what cannot be split."""
+on a sequence split over 2 and 4 ranks, causal attention made whole across them by an
+all-gather or by ring attention (Note [rotate method]), gives one device's logits, loss and
+gradients; errors for what cannot be split."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch.nn.functional as F
 
 import dtensor
 import simpg
-from dtensor.experimental import ContextParallelError, context_parallel
+from dtensor.experimental import (ContextParallelError, context_parallel, get_rotate_method,
+                                  set_rotate_method)
 from dtensor.parallel.context import shard_sequence
 from examples.models import llama
 
@@ -33,8 +35,17 @@ def _one_device(model, tokens, targets):
     return logits.detach(), loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
 
+@pytest.fixture(params=["allgather", "alltoall"])
+def rotate_method(request):
+    """Each method in turn, set before the ranks start (it is process-wide), then restored."""
+    before = get_rotate_method()
+    set_rotate_method(request.param)
+    yield request.param
+    set_rotate_method(before)
+
+
 @pytest.mark.parametrize("cp", [2, 4])
-def test_llama_on_a_split_sequence_equals_one_device(cp):
+def test_llama_on_a_split_sequence_equals_one_device(cp, rotate_method):
     model = _model()
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 64, (2, SEQ), generator=g)
@@ -64,7 +75,11 @@ def test_llama_on_a_split_sequence_equals_one_device(cp):
             torch.testing.assert_close(grad / cp, want_grads[n], rtol=1e-4, atol=1e-6,
                                        msg=f"gradient of {n}")
 
-    simpg.run(body, cp)
+    with simpg.trace() as trace:
+        simpg.run(body, cp)
+    moved = {rec.op for rec in trace.records} - {"all_reduce"}  # the test's own sums
+    assert moved == ({"send"} if rotate_method == "alltoall" else
+                     {"all_gather", "reduce_scatter"})
 
 
 def test_each_rank_holds_an_early_and_a_late_chunk():
