@@ -21,8 +21,15 @@ vocabulary-sharded over mesh dim 1 (``[R,S(0)]``). Rows:
   ``dtensor.graph.run``, with the default objective (bytes plus compute at
   ``COMPUTE_WEIGHT`` bytes per FLOP, Note [compute in the objective]);
 - inferred, bytes only: the same with ``compute_weight=0``;
-- inferred, applied eagerly: the inferred plan's parameter and input layouts applied to the
-  eager module (``plan.to_parallelize_plan().apply``), the step run op by op.
+- inferred, applied eagerly: the inferred plan handed to the eager module
+  (``plan.to_parallelize_plan().apply``): its parameter and input layouts, and each aten call
+  of the step (forward, loss, backward) made with the plan's strategy inside
+  ``with following(model):`` (Note [following a plan in eager code]); the note counts the
+  calls matched to the plan and those that were not;
+- inferred, applied eagerly, no following(): the same without the context manager: the
+  module's forward and backward follow the plan, the loss between them is propagation's;
+- inferred, applied eagerly, op by op: the same layouts with ``apply(..., follow=False)``,
+  every intermediate chosen by propagation (what ``apply`` did before it followed calls).
 
 "FLOPs/rank" is measured while each row runs: the matmul and attention FLOPs (the formulas
 of ``dtensor.graph.compute``) of the local ops the most loaded rank runs, and in brackets
@@ -210,28 +217,44 @@ def _gather(results) -> tuple[int, int, int, list[torch.Tensor]]:
             max(r[2] for r in results), results[0][3])
 
 
-def run_eager_plan(case: Case, plan: ShardingPlan) -> tuple[int, int, int, list[torch.Tensor]]:
+def run_eager_plan(case: Case, plan: ShardingPlan, follow: str = "step"
+                   ) -> tuple[int, int, int, list[torch.Tensor], str]:
     """The inferred plan handed back to the eager module (``plan.to_parallelize_plan()``,
-    Note [plans in eager code]): its parameter and input layouts, then op-by-op propagation."""
+    Note [plans in eager code]): its parameter and input layouts, and ``follow``: "step"
+    (every call as planned, ``following``), "module" (the module's forward and backward
+    as planned) or "off" (op-by-op propagation). The last item: what the follower matched
+    (rank 0)."""
+    import contextlib
+
+    from dtensor.graph import EagerPlan, following
+
     eager = plan.to_parallelize_plan()
 
     def body():
         import copy
 
         mesh = dtensor.init_device_mesh("cpu", MESH)
-        model = eager.apply(copy.deepcopy(case.model), mesh)
+        model = eager.apply(copy.deepcopy(case.model), mesh, follow=follow != "off")
         targets = dtensor.distribute_tensor(case.targets, mesh, plan.placements("target0"),
                                             src_data_rank=None)
-        with simpg.trace() as t, FlopCount() as fc:
+        step = following(model) if follow == "step" else contextlib.nullcontext()
+        with simpg.trace() as t, FlopCount() as fc, step:
             loss = case.loss_fn(model(case.tokens), targets)
             loss = loss.redistribute(mesh, [R, R])
             loss.to_local().backward()
         params = list(model.parameters())
         held = sum(p.to_local().numel() * p.element_size() for p in params)
+        report = EagerPlan.report(model) if follow != "off" else None
+        followed = "" if report is None else (
+            f"; {report.matched} of {len(eager.ops)} planned calls followed, "
+            f"{sum(report.unplanned.values())} unplanned "
+            f"({', '.join(sorted(report.unplanned)) or 'none'}), "
+            f"{sum(report.outputs_moved.values())} results moved")
         return (_mine(t.records), fc.flops, held,
-                [loss.full_tensor()] + [p.grad.full_tensor() for p in params])
+                [loss.full_tensor()] + [p.grad.full_tensor() for p in params], followed)
 
-    return _gather(simpg.run(body, math.prod(MESH), timeout=600))
+    results = simpg.run(body, math.prod(MESH), timeout=600)
+    return (*_gather(results), results[0][4])
 
 
 # -- hand-written plan -----------------------------------------------------------------------------
@@ -309,10 +332,13 @@ def bench(case: Case) -> tuple[int, list[Row]]:
                  max_rel_err(outs, reference)))
     graph_row("inferred, bytes only", plans["bytes only"], "")
     graph_row("inferred", plans["inferred"], f", inference {seconds:.1f} s")
-    got, flops, held, outs = run_eager_plan(case, plans["inferred"])
-    rows.append(("inferred, applied eagerly", got, flops, held,
-                 f"{got / max(plans['inferred'].total_bytes, 1):.2f}x the plan",
-                 max_rel_err(outs, reference)))
+    for follow, label in (("step", "inferred, applied eagerly"),
+                          ("module", "inferred, applied eagerly, no following()"),
+                          ("off", "inferred, applied eagerly, op by op")):
+        got, flops, held, outs, followed = run_eager_plan(case, plans["inferred"], follow)
+        rows.append((label, got, flops, held,
+                     f"{got / max(plans['inferred'].total_bytes, 1):.2f}x the plan{followed}",
+                     max_rel_err(outs, reference)))
     return fc.flops, rows
 
 

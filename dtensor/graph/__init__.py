@@ -20,9 +20,10 @@ from dtensor.graph.annotate import ShardSpec, shard_hint
 from dtensor.graph.capture import AdamW, CapturedGraph, capture, capture_fn, capture_train_step
 from dtensor.graph.compute import COMPUTE_WEIGHT
 from dtensor.graph.depth import DepthPlan, infer_by_depth
-from dtensor.graph.eager import EagerPlan, EagerPlanError
+from dtensor.graph.eager import EagerPlan, EagerPlanError, following
 from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
 from dtensor.graph.expand import ExpansionError, run
+from dtensor.graph.follow import FollowReport, PlannedOp
 from dtensor.graph.infer import Solution, solve
 from dtensor.graph.memory import Memory, solve_within
 from dtensor.graph.problem import Problem
@@ -54,7 +55,8 @@ def infer(graph: CapturedGraph, mesh_shape: Sequence[int],
 
 __all__ = [
     "COMPUTE_WEIGHT", "AdamW", "AnnotationError", "CaptureError", "CapturedGraph", "DepthPlan",
-    "EagerPlan", "EagerPlanError", "ExpansionError", "GraphShardingError", "Memory", "Problem",
-    "Reshard", "ShardSpec", "ShardingPlan", "Solution", "capture", "capture_fn",
-    "capture_train_step", "infer", "infer_by_depth", "run", "shard_hint", "solve",
+    "EagerPlan", "EagerPlanError", "ExpansionError", "FollowReport", "GraphShardingError",
+    "Memory", "PlannedOp", "Problem", "Reshard", "ShardSpec", "ShardingPlan", "Solution",
+    "capture", "capture_fn", "capture_train_step", "following", "infer", "infer_by_depth",
+    "run", "shard_hint", "solve",
 ]

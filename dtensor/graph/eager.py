@@ -1,27 +1,34 @@
 """An inferred plan handed back to eager code: the user's own module, its parameters laid out
-as the plan chose, its inputs placed as the plan placed them.
+as the plan chose, its inputs placed as the plan placed them, and every aten call of its
+training step made as the plan planned it.
 
 Note [plans in eager code]
-A ``ShardingPlan`` fixes every value of a captured step; eager code can keep only what lives
-on the module: each parameter's (and buffer's) placements and each argument's. So
-``ShardingPlan.to_parallelize_plan()`` returns an :class:`EagerPlan` of exactly those, and
-``EagerPlan.apply(module, mesh)`` makes them real with ``distribute_module``: a partition
-function that lays out each parameter as planned (``distribute_parameter``, whose gradient
-hook ends each gradient laid out like its parameter: the plan's output ties) and a forward
-pre-hook that lays out plain-tensor arguments. Everything between is eager propagation.
+A ``ShardingPlan`` fixes every value of a captured step. ``ShardingPlan.to_parallelize_plan()``
+returns an :class:`EagerPlan` of all of it: each parameter's (and buffer's) placements, each
+argument's, and the strategy of every call of the step (``ops``: a :class:`PlannedOp` per
+graph node, in graph order). ``EagerPlan.apply(module, mesh)`` makes them real:
 
-Why per-parameter layouts, not ``ColwiseParallel`` / ``RowwiseParallel`` + ``fully_shard``:
-- inferred plans shard weights over *both* mesh dims (``[S(1),S(0)]``) and keep activations
-  as DTensors between modules; the styles describe one mesh dim and convert to local tensors
-  at module boundaries, a different program with different bytes;
-- a parameter sharded over the batch (data-parallel) mesh dim already behaves as
-  ``fully_shard`` would have it: propagation gathers it where a batch-sharded activation
-  needs it whole, and the gradient hook reduce-scatters its gradient back (the bytes of an
-  FSDP step), so no separate ``fully_shard`` call is needed or made.
+- ``distribute_module`` with a partition function that lays out each parameter as planned
+  (``distribute_parameter``, whose gradient hook ends each gradient laid out like its
+  parameter: the plan's output ties) and a forward pre-hook that lays out plain-tensor
+  arguments;
+- a follower (Note [following a plan in eager code] in ``dtensor.graph.follow``), opened by
+  the module's forward and closed at the end of the backward that follows, that moves each
+  call's arguments to the plan's strategy before the dispatcher sees them. Without it
+  (``follow=False``) propagation chooses every intermediate op by op, and the step moved
+  1.65x to 9.68x the plan's bytes (weight gradients left Partial and all-reduced whole
+  where the plan reduce-scattered activations); with it, the plan's bytes
+  (``tests/test_graph_eager.py``, ``benchmarks/bench_graph.py``).
 
-What eager code cannot follow is the plan's choice for each *intermediate*: propagation
-picks op by op, so the eager step equals one device but may move other bytes than the plan
-predicted (``tests/test_graph_eager.py`` and ``benchmarks/bench_graph.py`` measure both).
+Why not ``ColwiseParallel`` / ``RowwiseParallel`` / ``SequenceParallel`` + ``fully_shard``:
+inferred plans are not made of them. The bench Llama's plan shards the attention and MLP
+weights over mesh dim 0 (the batch's dim in the annotation) on their output features,
+moves the batch to mesh dim 1 after the embedding and keeps activations ``[S(2),S(0)]``
+(hidden over dim 0, batch over dim 1), changing layouts inside attention (all-to-alls
+around the attention call) and in the loss; a style describes one mesh dim at a module's
+boundary, ``fully_shard`` gathers a parameter whole over its mesh dim. Styles applied as
+close as they come would make a different program with different bytes; following the
+calls makes the plan's.
 
 >>> import copy, torch, simpg, dtensor
 >>> from dtensor import Shard
@@ -39,20 +46,25 @@ torch.Size([4, 8])
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import operator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from dtensor.api import distribute_tensor
+from dtensor.graph.annotate import HINT_OP
 from dtensor.graph.errors import GraphShardingError
+from dtensor.graph.follow import Follower, FollowReport, PlannedOp, op_key
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Placement, fmt_placements
 from dtensor.tensor import DTensor
 
 Pl = tuple[Placement, ...]
+_FOLLOWER = "_dtensor_graph_follower"  # the module attribute that holds its follower
 
 
 class EagerPlanError(GraphShardingError):
@@ -61,19 +73,23 @@ class EagerPlanError(GraphShardingError):
 
 @dataclass(frozen=True)
 class EagerPlan:
-    """Layouts an inferred plan gives a module's state and arguments (Note [plans in eager
-    code]). ``predicted_bytes``: what the whole-graph plan moves per step."""
+    """Layouts an inferred plan gives a module's state and arguments, and the strategy of
+    each call of its step (Note [plans in eager code]). ``predicted_bytes``: what the
+    whole-graph plan moves per step. A plan without ``ops`` (a ``DepthPlan``'s, whose
+    full-depth graph was never captured) lays out state and arguments only."""
 
     mesh_shape: tuple[int, ...]
     parameters: dict[str, Pl]
     buffers: dict[str, Pl]
     inputs: tuple[Pl, ...]
     predicted_bytes: int
+    ops: tuple[PlannedOp, ...] = ()
 
     def apply(self, module: nn.Module, mesh: DeviceMesh, *,
-              src_data_rank: int | None = None) -> nn.Module:
+              src_data_rank: int | None = None, follow: bool = True) -> nn.Module:
         """Lay out ``module``'s parameters and buffers as planned on ``mesh`` and its plain
-        tensor arguments at each call; returns ``module``, changed in place.
+        tensor arguments at each call; with ``follow`` (and ``ops``), make each call of a
+        step (forward, loss, backward) as planned. Returns ``module``, changed in place.
         ``src_data_rank``: None (every rank holds the full values and keeps its piece,
         nothing sent) or the rank whose values are scattered."""
         from dtensor.parallel import distribute_module
@@ -101,7 +117,20 @@ class EagerPlan:
                                      f"plan was made for {len(self.inputs)}")
             return tuple(_placed(a, mesh, pl, src_data_rank) for a, pl in zip(args, self.inputs))
 
-        return distribute_module(module, mesh, partition, inputs)
+        distribute_module(module, mesh, partition, inputs)
+        if follow and self.ops:
+            _follow(module, Follower(self.ops))
+        return module
+
+    @staticmethod
+    def report(module: nn.Module) -> FollowReport:
+        """What the last followed step of ``module`` (after ``apply``) did on this rank:
+        calls matched to the plan, and every call that was not."""
+        follower = getattr(module, _FOLLOWER, None)
+        if follower is None:
+            raise EagerPlanError(f"{type(module).__name__} follows no plan: apply an EagerPlan "
+                                 "with ops (ShardingPlan.to_parallelize_plan()) and follow=True")
+        return follower.report
 
     def _check_names(self, module: nn.Module) -> None:
         have = {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
@@ -113,12 +142,96 @@ class EagerPlan:
                                  "module the graph was captured from")
 
     def __str__(self) -> str:
+        moving = sum(1 for op in self.ops if op.moves)
         lines = [f"EagerPlan on mesh {self.mesh_shape} (the whole-graph plan moves "
-                 f"{self.predicted_bytes} bytes per step)"]
+                 f"{self.predicted_bytes} bytes per step; {len(self.ops)} planned calls, "
+                 f"{moving} of them moving an argument)"]
         lines += [f"  input{i}: {fmt_placements(p)}" for i, p in enumerate(self.inputs)]
         lines += [f"  {n}: {fmt_placements(p)}" for n, p in self.parameters.items()]
         lines += [f"  {n} (buffer): {fmt_placements(p)}" for n, p in self.buffers.items()]
         return "\n".join(lines)
+
+    def calls(self) -> str:
+        """Every planned call, one a line, those that move an argument marked ``*``."""
+        return "\n".join(f"{'*' if op.moves else ' '} {op}" for op in self.ops)
+
+
+def _follow(module: nn.Module, follower: Follower) -> None:
+    """Follow the plan in ``module``'s forward and in the backward nodes that forward makes
+    (Note [when the follower listens]); inside ``following`` the whole step is already."""
+    object.__setattr__(module, _FOLLOWER, follower)
+    first_node = [0]
+
+    def opened(_module: nn.Module, _args: tuple) -> None:
+        if not follower.in_step:
+            follower.reset()
+            first_node[0] = torch._C._autograd._get_sequence_nr()
+            follower.push()
+
+    def forwarded(_module: nn.Module, _args: tuple, output: Any) -> None:
+        if follower.in_step:
+            return
+        follower.pop()
+        nodes = _nodes_since(output, first_node[0])
+        for node in nodes:
+            node.register_prehook(lambda _grads: follower.push())
+            node.register_hook(lambda _grads_in, _grads_out: follower.pop())
+        if nodes:
+            nodes[0].register_prehook(lambda _grads: _at_end_of_backward(follower.close))
+        else:
+            follower.close()
+
+    module.register_forward_pre_hook(opened)
+    module.register_forward_hook(forwarded, always_call=True)
+
+
+def _at_end_of_backward(fn: Any) -> None:
+    torch.autograd.Variable._execution_engine.queue_callback(fn)
+
+
+def _nodes_since(output: Any, first: int) -> list[Any]:
+    """The autograd nodes behind ``output`` made since sequence number ``first`` (this
+    forward's), the output's first; leaves (``AccumulateGrad``) left out."""
+    flat = output if isinstance(output, (tuple, list)) else (output,)
+    todo = [t.grad_fn for t in flat if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen: set[int] = set()
+    out = []
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen or not hasattr(node, "_sequence_nr"):
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == "AccumulateGrad" or node._sequence_nr() < first:
+            continue
+        out.append(node)
+        todo.extend(n for n, _ in node.next_functions)
+    return out
+
+
+@contextlib.contextmanager
+def following(module: nn.Module) -> Iterator[None]:
+    """Follow the plan applied to ``module`` in every call of the step inside: forward,
+    loss and ``backward()`` (Note [when the follower listens]). Without it the module's
+    forward and its backward are followed, the loss between them not.
+
+    >>> # with following(model):
+    >>> #     loss_fn(model(x), y).backward()
+    """
+    follower = getattr(module, _FOLLOWER, None)
+    if follower is None:
+        raise EagerPlanError(f"{type(module).__name__} follows no plan: apply an EagerPlan "
+                             "with ops (ShardingPlan.to_parallelize_plan()) and follow=True")
+    if follower.in_step:
+        raise EagerPlanError("following(module) is already open for this module")
+    follower.reset()
+    follower.push()
+    follower.in_step = True
+    try:
+        yield
+    finally:
+        follower.in_step = False
+        follower.pop()
+        follower.close()
 
 
 def _placed(x: Any, mesh: DeviceMesh, pl: Sequence[Placement], src: int | None) -> Any:
@@ -141,4 +254,45 @@ def eager_plan(plan: Any, module_inputs: int | None = None) -> EagerPlan:
     buffers = graph.inputs[graph.n_params:graph.n_params + graph.n_buffers]
     return EagerPlan(plan.mesh_shape, {n: plan.placements(n) for n in params},
                      {n: plan.placements(n) for n in buffers},
-                     tuple(plan.placements(n) for n in args), plan.total_bytes)
+                     tuple(plan.placements(n) for n in args), plan.total_bytes,
+                     planned_ops(plan))
+
+
+def planned_ops(plan: Any) -> tuple[PlannedOp, ...]:
+    """A :class:`PlannedOp` for every aten call of ``plan``'s graph, in graph order; a call
+    is known by its op and its tensor arguments' global shapes (Note [following a plan in
+    eager code])."""
+    p = plan.problem
+    units = {u.node: u for u in p.units}
+    choice = plan.solution.choice
+    out = []
+    for node in plan.graph.gm.graph.nodes:
+        unit = units.get(node)
+        if (node.op != "call_function" or unit is None or node.target is operator.getitem
+                or node.target is HINT_OP or not hasattr(node.target, "_schema")):
+            continue  # a hint is the identity in eager code: no call to match
+        shapes = _arg_shapes(list(node.args) + list(node.kwargs.values()))
+        if shapes is None:
+            continue
+        opt = unit.options[choice[unit.id]]
+        moves = any(p.pls[p.out_id(choice, vid)] != want
+                    for vid, want in zip(unit.inputs, opt.inputs))
+        out.append(PlannedOp(op_key(node.target), shapes, tuple(opt.inputs),
+                             tuple(opt.outputs), node.name, moves))
+    return tuple(out)
+
+
+def _arg_shapes(args: list[Any]) -> tuple[tuple[int, ...], ...] | None:
+    out: list[tuple[int, ...]] = []
+
+    def walk(a: Any) -> bool:
+        if isinstance(a, (list, tuple)):
+            return all(walk(x) for x in a)
+        if isinstance(a, fx.Node):
+            val = a.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                return False
+            out.append(tuple(val.shape))
+        return True
+
+    return tuple(out) if walk(args) else None
