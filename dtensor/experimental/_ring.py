@@ -8,8 +8,8 @@ to it and, while it computes, sends that block to rank r+1 and receives the next
 rank r-1 (one ``batch_isend_irecv``: keys and values travel packed as one message, so a
 forward moves cp-1 messages of one kv block per rank, the bytes an all-gather moves).
 
-Causal masks cost no mask tensor across ranks. With the load-balanced chunks, the block from
-rank s against this rank's queries is (``_block``):
+No mask tensor crosses ranks. With the load-balanced chunks, the block from
+rank s against this rank's queries is (``block``):
 
 - s == r: the local causal triangle (both hold positions in increasing order);
 - s < r: every query against the block's first chunk (s, before both of ours), none against
@@ -26,9 +26,10 @@ The backward is a ring too and recomputes each block's probabilities from the sa
 ``lse`` (``P = exp(S - lse)``, flash attention's backward): kv blocks travel the ring again,
 and next to them an accumulator of the block's dk and dv. The owner keeps its own diagonal
 share; the accumulator of block b starts at rank b+1, gains each rank's share, and its last
-hop brings it home, so it moves cp-1 times. A backward thus moves 2(cp-1) blocks per rank
-where the all-gather's reduce-scatter moves cp-1 (the all-gather path keeps the gathered
-keys and values, cp blocks per layer, for its backward; the ring keeps one).
+hop brings it home, so it moves cp-1 times (in float32 at least: twice a bf16 block). A
+backward thus moves 2(cp-1) blocks per rank where the all-gather's reduce-scatter moves cp-1
+(the all-gather path keeps the gathered keys and values, cp blocks per layer, for its
+backward; the ring keeps one).
 
 The blocks are computed with matmuls, not a fused kernel: a kernel that returns its
 log-sum-exp (flash attention's) would drop in at ``_attend`` on a GPU.
@@ -143,9 +144,9 @@ def ring_forward(ring: Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Attention of the local queries to every rank's keys and values: (out, lse), in float32
     or wider."""
     local, acc = q.shape[-2], _accumulation(q.dtype)
-    q32 = q.to(acc)
-    out = q32.new_zeros((*q.shape[:-1], v.shape[-1]))
-    lse = q32.new_full(q.shape[:-1], float("-inf"))
+    q_acc = q.to(acc)
+    out = q_acc.new_zeros((*q.shape[:-1], v.shape[-1]))
+    lse = q_acc.new_full(q.shape[:-1], float("-inf"))
     kv = _pack(k, v)
     for step in range(ring.size):
         incoming, pending = None, []
@@ -154,7 +155,7 @@ def ring_forward(ring: Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             pending = ring.exchange([(kv, _KV)], [(incoming, _KV)])
         b = block(ring.rank, (ring.rank - step) % ring.size, ring.size, is_causal, local)
         kb, vb = (_repeat(t.to(acc), n_rep) for t in _unpack(kv, k.shape, v.shape))
-        part, part_lse = _attend(q32, kb, vb, b, scale)
+        part, part_lse = _attend(q_acc, kb, vb, b, scale)
         _merge(out, lse, part, part_lse, b.queries)
         for work in pending:
             work.wait()
@@ -182,9 +183,9 @@ def ring_backward(ring: Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   scale: float, n_rep: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of the local queries, keys and values (Note [ring attention])."""
     local, acc = q.shape[-2], _accumulation(q.dtype)
-    q32, g32 = q.to(acc), grad_out.to(acc)
-    delta = (g32 * out).sum(-1)
-    dq = torch.zeros_like(q32)
+    q_acc, g_acc = q.to(acc), grad_out.to(acc)
+    delta = (g_acc * out).sum(-1)
+    dq = torch.zeros_like(q_acc)
     kv = _pack(k, v)
     own = shared = None  # this rank's share of its own dk/dv; the accumulator passing through
     for step in range(ring.size):
@@ -199,11 +200,11 @@ def ring_backward(ring: Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             recvs.append((shared_in, _DKV))
         pending = ring.exchange(sends, recvs)
         b = block(ring.rank, (ring.rank - step) % ring.size, ring.size, is_causal, local)
-        k32, v32 = (t.to(acc) for t in _unpack(kv, k.shape, v.shape))
-        dq_b, dk_b, dv_b = _attend_backward(q32, _repeat(k32, n_rep), _repeat(v32, n_rep), g32,
-                                            lse, delta, b, scale)
+        k_acc, v_acc = (t.to(acc) for t in _unpack(kv, k.shape, v.shape))
+        dq_b, dk_b, dv_b = _attend_backward(q_acc, _repeat(k_acc, n_rep),
+                                            _repeat(v_acc, n_rep), g_acc, lse, delta, b, scale)
         dq[..., b.queries, :] += dq_b
-        dk, dv = torch.zeros_like(k32), torch.zeros_like(v32)
+        dk, dv = torch.zeros_like(k_acc), torch.zeros_like(v_acc)
         dk[..., b.keys, :] = _fold(dk_b, n_rep)
         dv[..., b.keys, :] = _fold(dv_b, n_rep)
         mine = _pack(dk, dv)
