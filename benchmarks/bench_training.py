@@ -572,11 +572,12 @@ def _per_dim(side: Side) -> list[dict]:
     return [row | {"dim": whole} if row["dim"] == "dp+tp" else row for row in summary]
 
 
-def _row_order(name: str) -> tuple[int, str]:
+def _row_order(name: str) -> tuple[int, int, str]:
     prefixes = ("step time", "bytes received", "collectives", "est. comm", "modelled step",
                 "modelled compute", "exposed comm", "parameters", "gradients", "optimizer",
                 "max rel.")
-    return next(i for i, p in enumerate(prefixes) if name.startswith(p)), name
+    preset = next((i for i, p in enumerate(INTERCONNECTS) if p in name), -1)
+    return next(i for i, p in enumerate(prefixes) if name.startswith(p)), preset, name
 
 
 def ops_lines(sides: dict[str, Side]) -> list[str]:

@@ -26,7 +26,7 @@ from simpg.records import CollectiveRecord
 
 __all__ = ["Compute", "Issue", "Wait", "Event", "RankTimeline", "DeviceModel", "DEVICES",
            "interconnect", "INTERCONNECTS", "RankStep", "StepEstimate", "schedule",
-           "model_step"]
+           "model_step", "summary"]
 
 # Note [exposed communication]
 # What a step would take on a GPU-like device, from what each rank ran here. Per rank, two
@@ -178,6 +178,9 @@ class StepEstimate:
 
     ranks: tuple[RankStep, ...]
     collectives: Mapping[int, tuple[float, float]] = field(default_factory=dict)  # seq->span
+    ranks_of: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # seq -> ranks
+    # the compute streams: (rank, what, start_s, end_s), kernels and waits ("wait #seq")
+    compute_spans: tuple[tuple[int, str, float, float], ...] = ()
 
     @property
     def slowest(self) -> RankStep:
@@ -205,9 +208,9 @@ class StepEstimate:
 
     def __str__(self) -> str:
         s = self.slowest
-        return (f"step {s.step_s * 1e6:.1f} us = compute {s.compute_s * 1e6:.1f} us + "
-                f"exposed comm {s.exposed_s * 1e6:.1f} us (comm serial {s.comm_s * 1e6:.1f} "
-                f"us, {s.overlap:.0%} hidden; slowest rank {s.rank})")
+        return (f"step {s.step_s * 1e6:.1f} us: compute {s.compute_s * 1e6:.1f} + exposed "
+                f"{s.exposed_s * 1e6:.1f} (comm {s.comm_s * 1e6:.1f} serial, {s.overlap:.0%} "
+                f"hidden; rank {s.rank})")
 
 
 @dataclass(slots=True)
@@ -222,6 +225,7 @@ class _Stream:
     comm_s: float = 0.0
     exposed_s: float = 0.0
     in_flight: int | None = None  # the last issued collective not yet scheduled
+    spans: list[tuple[int, str, float, float]] = field(default_factory=list)
 
 
 def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute], float],
@@ -261,7 +265,8 @@ def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute
                              f"issued by all of {tuple(ranks_of[s.in_flight])}")
         end = max(s.compute_t, s.comm_t)
         steps.append(RankStep(rank, end, s.compute_s, s.comm_s, end - s.compute_s))
-    return StepEstimate(tuple(steps), spans)
+    return StepEstimate(tuple(steps), spans, {k: tuple(v) for k, v in ranks_of.items()},
+                        tuple(x for st in streams.values() for x in st.spans))
 
 
 def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
@@ -274,6 +279,8 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
         event = s.events[s.pc]
         if isinstance(event, Compute):
             duration = compute_s(event)
+            if duration > 0:
+                s.spans.append((rank, event.op, s.compute_t, s.compute_t + duration))
             s.compute_t += duration
             s.compute_s += duration
         elif isinstance(event, Issue):
@@ -296,7 +303,9 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
                     raise ValueError(f"rank {rank} waits for collective {event.collective} "
                                      f"before issuing it")
                 break  # not started: some participant has not issued it yet
-            s.compute_t = max(s.compute_t, span[1])
+            if span[1] > s.compute_t:
+                s.spans.append((rank, f"wait #{event.collective}", s.compute_t, span[1]))
+                s.compute_t = span[1]
         else:
             raise TypeError(f"rank {rank}: event {event!r} is not a Compute, Issue or Wait")
         s.pc += 1
@@ -349,3 +358,23 @@ def model_step(timelines: Sequence[RankTimeline], device: DeviceModel,
     ranks_of = {seq: rec.ranks for seq, rec in records.items()}
     return schedule({tl.rank: tl.events for tl in timelines}, device.op_s, durations, ranks_of)
 
+
+
+def summary(timelines: Sequence[RankTimeline], ranks_per_node: int,
+            device: str = "h100") -> str:
+    """One line per network preset: the recorded step modelled on ``device`` (what the main
+    job prints). ``ranks_per_node`` places ranks for "ib-cluster".
+
+    >>> import torch
+    >>> rec = CollectiveRecord(seq=0, op="all_reduce", group="world", ranks=(0, 1),
+    ...                        dtype=torch.float32, shapes=(((1,),), ((1,),)),
+    ...                        bytes_sent=(0, 0), bytes_received=(0, 0))
+    >>> tls = [RankTimeline(r, (Issue(0), Wait(0)), (rec,)) for r in (0, 1)]
+    >>> print(summary(tls, ranks_per_node=1))
+    h100 nvlink-node: step 6.0 us: compute 0.0 + exposed 6.0 (comm 6.0 serial, 0% hidden; rank 0)
+    h100 ib-cluster: step 20.0 us: compute 0.0 + exposed 20.0 (comm 20.0 serial, 0% hidden; rank 0)
+    """
+    return "\n".join(
+        f"{device} {preset}: "
+        f"{model_step(timelines, DEVICES[device], interconnect(preset, ranks_per_node))}"
+        for preset in INTERCONNECTS)

@@ -23,9 +23,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from simpg.costmodel import CostModel
+from simpg.overlap import StepEstimate
 from simpg.records import CollectiveRecord
 
-__all__ = ["to_chrome_trace", "write_chrome_trace"]
+__all__ = ["to_chrome_trace", "write_chrome_trace", "modelled_chrome_trace"]
 
 _PID = 0
 _US = 1e6  # trace-event timestamps are in microseconds
@@ -102,3 +103,40 @@ def _wall_spans(records: Sequence[CollectiveRecord]) -> list[list[Span]]:
                              f"times")
     origin = min((t for rec in records for t in rec.start_s), default=0.0)
     return [[(t - origin, rec.end_s - origin) for t in rec.start_s] for rec in records]
+
+
+_COMPUTE, _COMM = 0, 1  # the two streams of a rank in a modelled step
+
+
+def modelled_chrome_trace(step: StepEstimate,
+                          records: Iterable[CollectiveRecord] = ()) -> dict[str, Any]:
+    """A modelled step (``simpg.overlap``) as trace-event JSON: one process per rank, a
+    compute stream (kernels, and the waits that expose communication) and a communication
+    stream. ``records`` name the collectives (else ``#seq``).
+
+    >>> from simpg.overlap import Compute, Issue, Wait, schedule
+    >>> step = schedule({0: [Issue(0), Compute("mm", flops=1), Wait(0)]}, lambda op: 1.0,
+    ...                 {0: 3.0}, {0: (0,)})
+    >>> [(e["tid"], e["name"], e["ts"], e["dur"])
+    ...  for e in modelled_chrome_trace(step)["traceEvents"] if e["ph"] == "X"]
+    [(0, 'mm', 0.0, 1000000.0), (0, 'wait #0', 1000000.0, 2000000.0), (1, '#0', 0.0, 3000000.0)]
+    """
+    names = {rec.seq: rec.op for rec in records}
+    events: list[dict[str, Any]] = []
+    for r in sorted(rs.rank for rs in step.ranks):
+        events.append({"name": "process_name", "ph": "M", "pid": r,
+                       "args": {"name": f"rank {r}"}})
+        for tid, label in ((_COMPUTE, "compute stream"), (_COMM, "communication stream")):
+            events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": tid,
+                           "args": {"name": label}})
+    for rank, what, start, end in step.compute_spans:
+        events.append({"name": what, "cat": "wait" if what.startswith("wait") else "kernel",
+                       "ph": "X", "pid": rank, "tid": _COMPUTE, "ts": start * _US,
+                       "dur": (end - start) * _US})
+    for seq, (start, end) in sorted(step.collectives.items()):
+        for rank in dict.fromkeys(step.ranks_of.get(seq, ())):
+            events.append({"name": names.get(seq, f"#{seq}"), "cat": "collective", "ph": "X",
+                           "pid": rank, "tid": _COMM, "ts": start * _US,
+                           "dur": (end - start) * _US, "args": {"seq": seq}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "simpg.timeline", "clock": "modelled device"}}

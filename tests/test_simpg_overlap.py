@@ -52,6 +52,18 @@ def test_synchronous_collective_is_fully_exposed():
     assert (us(step.step_s), us(step.compute_s), us(step.exposed_s)) == (9, 5, 4)
     assert step.overlap == 0.0
     assert tuple(map(us, step.collectives[0])) == (3, 7)
+    assert [(what, us(a), us(b)) for _, what, a, b in step.compute_spans] == [
+        ("k", 0, 3), ("wait #0", 3, 7), ("k", 7, 9)]
+
+
+def test_modelled_step_as_a_chrome_trace_has_both_streams_of_every_rank():
+    from simpg.timeline import modelled_chrome_trace
+
+    step = run({0: [kernel(1), Issue(0), Wait(0)], 1: [kernel(5), Issue(0), Wait(0)]}, {0: 2})
+    slices = [(e["pid"], e["tid"], e["name"], round(e["ts"], 6), round(e["dur"], 6))
+              for e in modelled_chrome_trace(step)["traceEvents"] if e["ph"] == "X"]
+    assert sorted(slices) == [(0, 0, "k", 0, 1), (0, 0, "wait #0", 1, 6), (0, 1, "#0", 5, 2),
+                              (1, 0, "k", 0, 5), (1, 0, "wait #0", 5, 2), (1, 1, "#0", 5, 2)]
 
 
 def test_the_slower_rank_delays_the_collective_for_both():
