@@ -248,7 +248,8 @@ def run_eager_plan(case: Case, plan: ShardingPlan, follow: str = "step"
         followed = "" if report is None else (
             f"; {report.matched} of {len(eager.ops)} planned calls followed, "
             f"{sum(report.unplanned.values())} unplanned "
-            f"({', '.join(sorted(report.unplanned)) or 'none'}), "
+            f"({', '.join(sorted(report.unplanned)) or 'none'}), not run: "
+            f"{', '.join(f'{k} x{n}' for k, n in sorted(report.not_run.items())) or 'none'}; "
             f"{sum(report.outputs_moved.values())} results moved")
         return (_mine(t.records), fc.flops, held,
                 [loss.full_tensor()] + [p.grad.full_tensor() for p in params], followed)
