@@ -525,7 +525,9 @@ def rows(sides: dict[str, Side], reference: list[float], *,
                     est = modelled(side, preset)
                     f[f"modelled step, {preset} (us)"] = est.step_s * 1e6
                     f[f"modelled compute, {preset} (us)"] = est.compute_s * 1e6
+                    f[f"modelled comm serial, {preset} (us)"] = est.comm_s * 1e6
                     f[f"exposed comm, {preset} (us)"] = est.exposed_s * 1e6
+                    f[f"overlap (comm hidden), {preset}"] = est.overlap
         for kind in STATE_KINDS:
             f[f"{kind} bytes/rank (max)"] = max(r.state[kind] for r in side.ranks)
         f["max rel. loss diff vs 1 device"] = _max_rel_diff(side.ranks[0].losses, reference)
@@ -574,8 +576,8 @@ def _per_dim(side: Side) -> list[dict]:
 
 def _row_order(name: str) -> tuple[int, int, str]:
     prefixes = ("step time", "bytes received", "collectives", "est. comm", "modelled step",
-                "modelled compute", "exposed comm", "parameters", "gradients", "optimizer",
-                "max rel.")
+                "modelled compute", "modelled comm", "exposed comm", "overlap", "parameters",
+                "gradients", "optimizer", "max rel.")
     preset = next((i for i, p in enumerate(INTERCONNECTS) if p in name), -1)
     return next(i for i, p in enumerate(prefixes) if name.startswith(p)), preset, name
 

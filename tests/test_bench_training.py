@@ -48,6 +48,10 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
                 "modelled step", "modelled compute", "exposed comm"))
             assert 0 < compute < step and exposed > 0, (lib, preset)
             assert step == pytest.approx(compute + exposed), (lib, preset)
+            serial = table[f"modelled comm serial, {preset} (us)"][i]
+            hidden = table[f"overlap (comm hidden), {preset}"][i]
+            assert serial > 0 and 0 <= hidden <= 1, (lib, preset)
+            assert hidden == pytest.approx(max(0.0, 1 - exposed / serial)), (lib, preset)
         assert (table["exposed comm, ib-cluster (us)"][i]
                 > table["exposed comm, nvlink-node (us)"][i]), lib
         timeline = sides[lib].ranks[0].timeline
