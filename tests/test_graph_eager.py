@@ -239,3 +239,25 @@ def test_applying_to_another_module_or_mesh_says_what_is_wrong(case):
         eager.apply(copy.deepcopy(model), dtensor.init_device_mesh("cpu", (4,)))
     with pytest.raises(EagerPlanError, match="does not have"):
         eager.apply(torch.nn.Linear(3, 3), dtensor.init_device_mesh("cpu", MESH))
+
+
+# slow tier: real gloo processes; on simpg is the default run's
+@pytest.mark.slow
+@pytest.mark.gloo
+def test_followed_step_on_gloo_equals_simpg_and_one_device(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from gloo_runner import run_program_on_gloo
+
+    path = Path(__file__).parent / "programs" / "graph_eager_program.py"
+    spec = importlib.util.spec_from_file_location("graph_eager_program", path)
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    reference = program.reference()
+    on_simpg = simpg.run(program.program, 2, timeout=60)
+    on_gloo = run_program_on_gloo(path, 2, tmp_path, timeout_s=180.0)
+    for got in on_simpg + on_gloo:
+        assert got["collectives"] == got["planned"]
+        for name, want in reference.items():
+            torch.testing.assert_close(got[name], want, atol=1e-5, rtol=1e-4, msg=name)
