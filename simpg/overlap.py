@@ -51,6 +51,11 @@ __all__ = ["Compute", "Issue", "Wait", "Event", "RankTimeline", "DeviceModel", "
 # and a tp collective may overlap there; here they queue); a collective's link bandwidth is
 # its alone (concurrent collectives of other groups do not slow it); kernels do not slow
 # down while communication runs; ``.item()`` and other host syncs are not modelled as syncs.
+# A wait is where the program waits: a library that makes a side stream wait on CUDA (torch's
+# FSDP2 waits for its all-gathers on its all-gather stream, the compute stream on an event
+# later) has no side stream on CPU, so its waits count on the compute stream (an upper
+# bound on its exposed communication).
+
 
 @dataclass(frozen=True, slots=True)
 class Compute:
