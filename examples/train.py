@@ -1,19 +1,47 @@
-"""The main job: train the Llama-style model on a dp x tp mesh, fully sharded + tensor +
-sequence + loss parallel, and check every step's loss against one device.
+"""The main job: train the Llama-style model with the whole large-model stack (fully sharded
+data + context + tensor + sequence + loss parallel, bf16 compute, gradient accumulation,
+checkpointed activations) on a simulated mesh, and check every step's loss against one device.
 
-    python -m examples.train                       # 2x4 mesh on 8 simulated ranks (simpg)
+    python -m examples.train                       # dp x cp x tp = 2x2x2 on 8 simulated ranks
+    python -m examples.train --mesh 2x2x2x2        # HSDP: rep x shard x cp x tp, 16 ranks
+    python -m examples.train --mesh 2x4            # dp x tp: the f32 job without cp
     python -m examples.train --mesh 2x2 --steps 20 --model small
-    torchrun --nproc-per-node 2 -m examples.train --mesh 1x2          # real gloo processes
-    torchrun --nproc-per-node 8 -m examples.train --mesh 2x4 --cuda   # NCCL, one GPU a rank
-    python -m examples.train --steps 3 --save ck            # then resume on another mesh:
-    python -m examples.train --steps 6 --resume ck --mesh 4x2
+    torchrun --nproc-per-node 4 -m examples.train --mesh 1x2x2        # real gloo processes
+    torchrun --nproc-per-node 8 -m examples.train --mesh 2x2x2 --cuda # NCCL, one GPU a rank
+    python -m examples.train --mesh 2x4 --steps 3 --save ck    # then resume on another mesh:
+    python -m examples.train --mesh 4x2 --steps 6 --resume ck
 
-The same function, ``train_rank``, runs on every rank in both cases: nothing in it knows
-whether the ranks are simulated. It prints the loss per step beside the single-device loss
-(exit status 1 if they differ beyond ``--tolerance``), a table of every parameter's
-placements, local shape and bytes per rank, per-rank state bytes, and (simulated) the
-collectives per mesh dim with estimated times on an NVLink node and an InfiniBand cluster,
-and a Perfetto trace.
+The mesh's form picks the defaults: 3 numbers (DPxCPxTP) or 4 (REPxSHARDxCPxTP, HSDP) run the
+whole stack: bf16 compute, 2 micro-batches a step, checkpointed blocks; 2 numbers (DPxTP) run
+the f32 job with one batch a step and no cp, as before. ``--dtype``, ``--accumulate`` and
+``--[no-]checkpoint-activations`` override either.
+
+The same function, ``train_rank``, runs on every rank in every case (simpg, gloo, NCCL):
+nothing in it knows whether the ranks are simulated. It prints the loss per step beside the
+single-device loss (exit status 1 if they differ beyond ``--tolerance``), a table of every
+parameter's placements, local shape and bytes per rank, per-rank state bytes, and (simulated)
+the collectives per mesh dim with estimated times on an NVLink node and an InfiniBand
+cluster, and a Perfetto trace.
+
+Note [the whole stack]
+- Meshes. ``fully_shard`` takes a 1-d mesh or a 2-d (replicate, shard) one, and the
+  gradients of context-parallel ranks (each holds part of every sequence) must be averaged
+  too, so it shards over dp x cp together (torchtitan's ``dp_shard_cp``). There is no mesh
+  flattening here; a second mesh over the same ranks does it: in row-major order, dp x cp x
+  tp and (dp*cp) x tp put every rank at the same place, so the ``dp_cp`` dim of the second
+  is dp and cp of the first flattened. Tensor parallelism and ``fully_shard`` use the second
+  (their meshes must be cut from one mesh); ``context_parallel`` takes ``mesh["cp"]`` of the
+  first. HSDP: rep x shard x cp x tp and rep x (shard*cp) x tp, ``fully_shard`` over
+  ``["rep", "shard_cp"]``.
+- bf16: ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``; weights,
+  gradients and AdamW stay f32. The loss is taken on f32 logits (bf16 holds a loss near 7
+  to 1/32). The reference is one device with the same casts (bf16 copies of the weights,
+  bf16 block inputs, f32 gradients, Note [bf16 reference]).
+- Accumulation: the dp rank's rows in ``--accumulate`` micro-batches, each loss divided by
+  their number, ``set_requires_gradient_sync(False)`` on all but the last.
+- Context parallel: each micro-batch's tokens, targets and the rotary tables are cut along
+  the sequence inside ``context_parallel`` (forward and backward, so the checkpointed
+  blocks' recomputation attends across the cp ranks too).
 """
 
 from __future__ import annotations
@@ -33,9 +61,17 @@ import torch.distributed as dist
 import dtensor
 import simpg
 from dtensor import DTensor
-from dtensor.parallel import (fully_shard, loss_parallel, parallelize_module, replicate,
-                              state_bytes)
+from dtensor.experimental import context_parallel
+from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, loss_parallel,
+                              parallelize_module, replicate, state_bytes)
 from examples.models import llama
+from examples.train_report import WEIGHT_TOLERANCE
+
+# the dims of a --mesh of 2, 3 or 4 numbers
+MESH_DIM_NAMES = {2: ("dp", "tp"), 3: ("dp", "cp", "tp"), 4: ("rep", "shard", "cp", "tp")}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Note [bf16 reference]: the default --tolerance per compute dtype
+TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-3}
 
 
 @dataclass
@@ -51,30 +87,52 @@ class RankResult:
     records: list[Any] = field(default_factory=list)  # simulated runs: the traced collectives
     seconds: float = 0.0
     first_step: int = 0  # --resume: the step the checkpoint left off at (losses start there)
+    # rank 0: every parameter gathered whole after the last step (checked against one device)
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m examples.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mesh", default="2x4", help="dp x tp, e.g. 2x4 (default), 1x2, 4x1")
+    p.add_argument("--mesh", default="2x2x2",
+                   help="DPxCPxTP (default 2x2x2: the whole stack), REPxSHARDxCPxTP (HSDP, "
+                   "e.g. 2x2x2x2) or DPxTP (e.g. 2x4: the f32 job without cp)")
     p.add_argument("--model", default="tiny", choices=sorted(llama.PRESETS))
     p.add_argument("--n-heads", type=int, help="override the preset's heads (and kv heads)")
     p.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--batch", type=int, default=4, help="global batch (divisible by dp)")
-    p.add_argument("--seq", type=int, default=32, help="tokens per sequence")
+    p.add_argument("--batch", type=int, default=4,
+                   help="global batch (divisible by the data-parallel ranks x --accumulate)")
+    p.add_argument("--seq", type=int, default=32,
+                   help="tokens per sequence (a multiple of 2 x cp under context parallel)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dp", choices=("fsdp", "replicate", "none"), default="fsdp",
-                   help="data parallelism over the dp mesh dim (default fsdp)")
+                   help="data parallelism over the dp (and cp) mesh dims (default fsdp)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                   help="compute dtype; bfloat16 is fully_shard's MixedPrecisionPolicy("
+                   "param_dtype=bfloat16, reduce_dtype=float32), weights and optimizer f32 "
+                   "(default: bfloat16 on a 3- or 4-number --mesh, float32 on DPxTP)")
+    p.add_argument("--accumulate", type=int, default=None, metavar="N",
+                   help="micro-batches per step, gradients reduced after the last only "
+                   "(default: 2 on a 3- or 4-number --mesh, 1 on DPxTP)")
+    p.add_argument("--checkpoint-activations", action=argparse.BooleanOptionalAction,
+                   default=None, help="recompute each transformer block in the backward "
+                   "(torch.utils.checkpoint, non-reentrant; default: on with a 3- or 4-number "
+                   "--mesh, off on DPxTP)")
     p.add_argument("--no-tp", action="store_true", help="no tensor parallelism on the tp dim")
     p.add_argument("--no-sp", action="store_true", help="tensor parallel without sequence "
                    "parallel (norms and the residual stream replicated)")
     p.add_argument("--no-loss-parallel", action="store_true",
                    help="gather the logits instead of a class-sharded cross entropy")
     p.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm_ max norm (0: off)")
-    p.add_argument("--tolerance", type=float, default=1e-4,
-                   help="largest allowed |loss - single-device loss| (relative)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="largest allowed |loss - single-device loss| (relative; default "
+                   + ", ".join(f"{v:g} for {k}" for k, v in TOLERANCE.items()) + ")")
+    p.add_argument("--weight-tolerance", type=float, default=None,
+                   help="largest allowed |W - W_1dev| / |W_1dev - W_init| of any trained "
+                   "parameter (default " + ", ".join(f"{v:g} for {k}" for k, v in
+                                                      WEIGHT_TOLERANCE.items()) + ")")
     p.add_argument("--cuda", action="store_true", help="cuda meshes (NCCL under torchrun)")
     p.add_argument("--trace-file", default="train_trace.json",
                    help="Perfetto trace of the simulated run's collectives ('' to skip)")
@@ -88,13 +146,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "train from its step up to --steps")
     args = p.parse_args(argv)
     try:
-        args.dp_size, args.tp_size = (int(x) for x in args.mesh.lower().split("x"))
+        args.mesh_shape = tuple(int(x) for x in args.mesh.lower().split("x"))
     except ValueError:
-        p.error(f"--mesh {args.mesh!r}: expected DPxTP, e.g. 2x4")
-    if args.batch % args.dp_size:
-        p.error(f"--batch {args.batch} must divide evenly over dp={args.dp_size}: each dp rank "
-                f"averages its own rows, and the mean of equal shares is the global mean")
+        args.mesh_shape = ()
+    if len(args.mesh_shape) not in MESH_DIM_NAMES or min(args.mesh_shape) < 1:
+        p.error(f"--mesh {args.mesh!r}: expected DPxTP, DPxCPxTP or REPxSHARDxCPxTP of "
+                f"positive numbers, e.g. 2x4, 2x2x2 or 2x2x2x2")
+    args.mesh_dim_names = MESH_DIM_NAMES[len(args.mesh_shape)]
+    size = dict(zip(args.mesh_dim_names, args.mesh_shape))
+    args.rep_size, args.shard_size = size.get("rep", 1), size.get("shard", size.get("dp"))
+    args.dp_size = args.rep_size * args.shard_size  # the ranks that take different rows
+    args.cp_size, args.tp_size = size.get("cp", 1), size["tp"]
+    whole_stack = len(args.mesh_shape) > 2
+    if args.dtype is None:
+        args.dtype = "bfloat16" if whole_stack and args.dp == "fsdp" else "float32"
+    if args.accumulate is None:
+        args.accumulate = 2 if whole_stack else 1
+    if args.checkpoint_activations is None:
+        args.checkpoint_activations = whole_stack
+    if args.tolerance is None:
+        args.tolerance = TOLERANCE[args.dtype]
+    _check_args(p, args)
     return args
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.accumulate < 1:
+        p.error(f"--accumulate {args.accumulate}: expected at least 1 micro-batch a step")
+    shares = args.dp_size * args.accumulate
+    if args.batch % shares:
+        p.error(f"--batch {args.batch} must divide evenly over dp={args.dp_size} x "
+                f"--accumulate {args.accumulate}: each dp rank averages its own rows, in "
+                f"equal micro-batches, and the mean of equal shares is the global mean")
+    if args.seq % (2 * args.cp_size):
+        p.error(f"--seq {args.seq} over cp={args.cp_size}: context parallel cuts the sequence "
+                f"in 2 x cp equal chunks (load balance under the causal mask); expected a "
+                f"multiple of {2 * args.cp_size}")
+    if args.dp != "fsdp" and (args.cp_size > 1 or args.rep_size > 1):
+        p.error(f"--dp {args.dp} on --mesh {args.mesh}: "
+                + ("HSDP (a 4-number mesh) is fully sharded" if args.rep_size > 1 else
+                   "context-parallel ranks hold different tokens, so their gradients must be "
+                   "averaged over dp x cp, which fully_shard does")
+                + ": use --dp fsdp")
+    if args.dtype != "float32" and args.dp != "fsdp":
+        p.error(f"--dtype {args.dtype} with --dp {args.dp}: the casts are fully_shard's "
+                f"MixedPrecisionPolicy: use --dp fsdp or --dtype float32")
 
 
 def model_config(args: argparse.Namespace) -> llama.LlamaConfig:
@@ -116,72 +212,149 @@ def batch(args: argparse.Namespace, step: int, vocab: int) -> tuple[torch.Tensor
 
 def build_model(args: argparse.Namespace) -> llama.Llama:
     torch.manual_seed(args.seed)  # every rank and the single device build the same weights
-    return llama.Llama(model_config(args))
+    return llama.Llama(model_config(args),
+                       checkpoint_activations=getattr(args, "checkpoint_activations", False))
 
 
 def make_optimizer(params: Any, args: argparse.Namespace) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=args.lr, weight_decay=0.1, foreach=True)
 
 
+def compute_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The cross entropy on f32 logits (torchtitan's choice): a bf16 loss near 7 is held to
+    1/32, too coarse to compare; the gradient goes back to the logits in their dtype."""
+    return llama.loss_fn(logits.float(), targets)
+
+
 def single_device_losses(args: argparse.Namespace,
                          model: torch.nn.Module | None = None) -> list[float]:
-    """The reference: the same model (built from the seed unless given), data and optimizer
-    on one device."""
+    """The reference: the same model (built from the seed unless given), data, micro-batches,
+    casts and optimizer on one device, without activation checkpointing (it changes no
+    value: the sharded run's checkpointed blocks are checked against plain ones)."""
+    return single_device_run(args, model)[0]
+
+
+def single_device_run(args: argparse.Namespace, model: torch.nn.Module | None = None
+                      ) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``single_device_losses``, and the weights before the first step and after the last."""
     device = torch.device("cuda" if args.cuda else "cpu")
     model = (model if model is not None else build_model(args)).to(device)
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model.checkpoint_activations = False  # type: ignore[assignment]
+    dtype = DTYPES[getattr(args, "dtype", "float32")]
+    micro = getattr(args, "accumulate", 1)
     opt = make_optimizer(model.parameters(), args)
     losses = []
     for step in range(args.steps):
         vocab = model.config.vocab_size  # type: ignore[union-attr]
         inputs, targets = (t.to(device) for t in batch(args, step, vocab))
-        loss = llama.loss_fn(model(inputs), targets)
-        loss.backward()
+        total = torch.zeros((), device=device)
+        for x, y in zip(inputs.chunk(micro), targets.chunk(micro)):
+            loss = compute_loss(_forward_in(model, x, dtype), y) / micro
+            loss.backward()
+            total += loss.detach()
         if args.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         opt.zero_grad()
-        losses.append(float(loss.detach()))
-    return losses
+        losses.append(float(total))
+    return losses, initial, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _forward_in(model: torch.nn.Module, tokens: torch.Tensor,
+                dtype: torch.dtype) -> torch.Tensor:
+    """Note [bf16 reference]
+    One device computing as ``fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=dtype,
+    reduce_dtype=float32))`` does: every weight used in its ``dtype`` copy (``.to`` is
+    differentiable: the gradient comes back to the f32 weight in f32), and each block's
+    floating-point inputs (the residual stream, the rotary tables) cast to ``dtype``, as
+    ``cast_forward_inputs`` does for a fully sharded block. What is left to differ is the order
+    of bf16 sums: tensor parallelism adds partial matmul results after each is rounded to
+    bf16 (one device rounds the whole sum once), and the data-parallel ranks' losses are
+    averaged in f32 from per-rank means. bf16 keeps 8 bits (relative steps of 2^-8 = 3.9e-3);
+    the loss, a mean over every token, carries far less of that: measured, the sharded bf16
+    losses agree with this reference to 2e-5 - 9e-5 relative over 5 to 20 steps (and with an
+    f32 one device to 2e-4). The bf16 tolerance is 1e-3, a quarter of one bf16 step, 10x the
+    measured; the f32 one stays 1e-4. The trained weights are checked too (Note [weight
+    drift] in examples/train_report.py)."""
+    if dtype == torch.float32:
+        return model(tokens)
+    handles = [layer.register_forward_pre_hook(
+        lambda _m, inputs: tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs))
+        for layer in model.layers]  # type: ignore[union-attr]
+    try:
+        weights = {name: p.to(dtype) for name, p in model.named_parameters()}
+        return torch.func.functional_call(model, weights, (tokens,))
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def data_mesh(args: argparse.Namespace, device: str) -> dtensor.DeviceMesh:
+    """The mesh fully_shard and tensor parallelism use: cp flattened into the dim before it
+    (Note [the whole stack]): (dp*cp) x tp, or rep x (shard*cp) x tp for HSDP."""
+    cp = "_cp" if args.cp_size > 1 else ""
+    if args.rep_size > 1 or len(args.mesh_shape) == 4:
+        return dtensor.init_device_mesh(
+            device, (args.rep_size, args.shard_size * args.cp_size, args.tp_size),
+            mesh_dim_names=("rep", "shard" + cp, "tp"))
+    return dtensor.init_device_mesh(device, (args.dp_size * args.cp_size, args.tp_size),
+                                    mesh_dim_names=("dp" + cp, "tp"))
 
 
 def parallelize(model: llama.Llama, mesh: dtensor.DeviceMesh,
                 args: argparse.Namespace) -> llama.Llama:
+    """Tensor parallelism over ``mesh["tp"]``, data parallelism over its other dims (one: fully
+    sharded or replicated; two: HSDP)."""
     if not args.no_tp:
         plan = llama.tp_plan(model.config, sequence_parallel=not args.no_sp,
                              loss_parallel=not args.no_loss_parallel)
         # every rank built the same weights from the seed: no broadcast needed
         parallelize_module(model, mesh["tp"], plan, src_data_rank=None)
+    dp_mesh = mesh[tuple(n for n in mesh.mesh_dim_names or () if n != "tp")]
     if args.dp == "fsdp":
+        dtype = DTYPES[getattr(args, "dtype", "float32")]
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) \
+            if dtype != torch.float32 else MixedPrecisionPolicy()
         for layer in model.layers:
-            fully_shard(layer, mesh["dp"])
-        fully_shard(model, mesh["dp"])
+            fully_shard(layer, dp_mesh, mp_policy=policy)
+        fully_shard(model, dp_mesh, mp_policy=policy)
     elif args.dp == "replicate":
-        replicate(model, mesh["dp"])
+        replicate(model, dp_mesh)
     return model
 
 
 def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResult:
     """One rank's training run (simulated or real: the same code)."""
     device = "cuda" if args.cuda else "cpu"
-    mesh = dtensor.init_device_mesh(device, (args.dp_size, args.tp_size),
-                                    mesh_dim_names=("dp", "tp"))
+    mesh = data_mesh(args, device)
+    # Note [the whole stack]: the same ranks as ``mesh``, with cp a dim of its own
+    cp_mesh = (dtensor.init_device_mesh(device, args.mesh_shape,
+                                        mesh_dim_names=args.mesh_dim_names)["cp"]
+               if args.cp_size > 1 else None)
     model = parallelize(build_model(args).to(device), mesh, args)
     opt = make_optimizer(model.parameters(), args)
-    dp_rank, dp_size = mesh.get_local_rank("dp"), args.dp_size
+    # this rank's place among the dp x cp ranks (row-major, cp fastest)
+    coord = mesh.get_coordinate() or [0] * mesh.ndim
+    data_index = coord[0] * mesh.shape[1] + coord[1] if mesh.ndim == 3 else coord[0]
+    dp_rank, dp_size = data_index // args.cp_size, args.dp_size
     first_step = load_checkpoint(model, opt, args.resume) if args.resume else 0
     local_losses: list[torch.Tensor] = []
     records: list[Any] = []
     start = time.perf_counter()
     state: dict[str, int] = {}
+    micro = args.accumulate
     for step in _progress(range(first_step, args.steps), args):
         inputs, targets = batch(args, step, model.config.vocab_size)
         rows = slice(dp_rank * args.batch // dp_size, (dp_rank + 1) * args.batch // dp_size)
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
+        total = torch.zeros((), device=device)
         # simulated: the collectives this rank takes part in
         with simpg.trace() if trace_steps else contextlib.nullcontext() as trace:
-            with loss_parallel():
-                loss = llama.loss_fn(model(inputs), targets)
-                loss.backward()
+            for i, (x, y) in enumerate(zip(inputs.chunk(micro), targets.chunk(micro))):
+                if isinstance(model, FSDPModule):
+                    model.set_requires_gradient_sync(i == micro - 1)
+                total += _micro_step(model, x.clone(), y.clone(), cp_mesh, micro)
             if args.clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             opt.step()
@@ -190,20 +363,53 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
             opt.zero_grad()
         if trace is not None:
             records.extend(trace.records)
-        value = loss.full_tensor() if isinstance(loss, DTensor) else loss
-        local_losses.append(value.detach().reshape(1))
+        local_losses.append(total.reshape(1))
     seconds = time.perf_counter() - start
     if args.save:
         save_checkpoint(model, opt, max(args.steps, first_step), args.save)
     losses = torch.cat(local_losses) if local_losses else torch.zeros(0)
-    if dp_size > 1:  # each dp rank's loss is the mean of its share: average the shares
-        dist.all_reduce(losses, op=dist.ReduceOp.SUM, group=mesh.get_group("dp"))
-        losses /= dp_size
+    shares = dp_size * args.cp_size
+    if shares > 1:  # each rank's loss is the mean of its share of rows and tokens
+        dims = [n for n in mesh.mesh_dim_names or () if n != "tp"]
+        dist.all_reduce(losses, op=dist.ReduceOp.SUM, group=mesh.group_for(dims))
+        losses /= shares
     params = [(name, _fmt(p), tuple(p.shape), tuple(_local(p).shape),
                _local(p).numel() * _local(p).element_size(), p.element_size())
               for name, p in model.named_parameters()]
+    with torch.no_grad():  # a collective per parameter on every rank; rank 0 keeps them
+        weights = {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+                   for name, p in model.named_parameters()}
     return RankResult(dist.get_rank(), mesh.get_coordinate() or [], losses.tolist(), params,
-                      state, records, seconds, first_step)
+                      state, records, seconds, first_step,
+                      weights if dist.get_rank() == 0 else {})
+
+
+def _micro_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
+                cp_mesh: dtensor.DeviceMesh | None, micro: int) -> torch.Tensor:
+    """Forward and backward of one micro-batch; its loss's share of the step's loss. Under
+    context parallel the tokens, the targets and the rotary tables hold this rank's part of
+    the sequence for both passes (the checkpointed blocks recompute in the backward)."""
+    cut = contextlib.nullcontext() if cp_mesh is None else context_parallel(
+        cp_mesh, buffers=[inputs, targets, model.freqs_cos, model.freqs_sin],
+        buffer_seq_dims=[1, 1, 0, 0])
+    with cut, loss_parallel():
+        loss = compute_loss(model(inputs), targets) / micro
+        loss.backward()
+    value = loss.full_tensor() if isinstance(loss, DTensor) else loss
+    return value.detach().float()
+
+
+def weight_drift(weights: dict[str, torch.Tensor], initial: dict[str, torch.Tensor],
+                 trained: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per parameter, how far the sharded run's trained weights are from one device's,
+    relative to how far training moved them there: ||W - W_1| / ||W_1 - W_0|| (Frobenius).
+    A loss is a weak witness (one number, and attention at init barely moves it); this sees
+    every gradient the optimizer followed."""
+    out = {}
+    for name, w in weights.items():
+        moved = float((trained[name].float() - initial[name].float()).norm())
+        out[name] = float((w.float() - trained[name].float().cpu()).norm()) / max(moved, 1e-30)
+    return out
 
 
 def _checkpoint_state(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int) -> dict:
@@ -253,9 +459,12 @@ def _progress(steps: range, args: argparse.Namespace) -> Any:
 
 
 # -- entry points ----------------------------------------------------------------------------
+def world_size(args: argparse.Namespace) -> int:
+    return args.dp_size * args.cp_size * args.tp_size
+
+
 def run_simulated(args: argparse.Namespace) -> list[RankResult]:
-    world = args.dp_size * args.tp_size
-    return simpg.run(train_rank, world, args, True, timeout=600)
+    return simpg.run(train_rank, world_size(args), args, True, timeout=600)
 
 
 def run_torchrun(args: argparse.Namespace) -> list[RankResult] | None:
@@ -265,8 +474,8 @@ def run_torchrun(args: argparse.Namespace) -> list[RankResult] | None:
     dist.init_process_group(backend)
     try:
         world = dist.get_world_size()
-        if world != args.dp_size * args.tp_size:
-            raise SystemExit(f"--mesh {args.mesh} needs {args.dp_size * args.tp_size} ranks, "
+        if world != world_size(args):
+            raise SystemExit(f"--mesh {args.mesh} needs {world_size(args)} ranks, "
                              f"torchrun started {world}")
         result = train_rank(args)
         gathered: list[Any] = [None] * world
@@ -288,15 +497,19 @@ def main(argv: list[str] | None = None) -> int:
     if results is None:
         return 0  # not rank 0
     first = results[0].first_step
-    reference = single_device_losses(args)[first:]
+    reference, initial, trained = single_device_run(args)
+    reference = reference[first:]
     if first:  # the reference trained from scratch: the same weights, up to float rounding
         print(f"resumed from {args.resume} after step {first}: the loss table's step 0 is "
               f"step {first}")
-    ok = report(args, results, reference, elapsed, simulated=not under_torchrun)
+    drift = weight_drift(results[0].weights, initial, trained)
+    ok = report(args, results, reference, elapsed, simulated=not under_torchrun, drift=drift)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"losses": results[0].losses, "reference": reference,
-                       "ranks": [asdict(r) | {"records": len(r.records)} for r in results]},
+                       "weight_drift": drift,
+                       "ranks": [asdict(r) | {"records": len(r.records), "weights": len(r.weights)}
+                                 for r in results]},
                       f, indent=1, default=str)
     return 0 if ok else 1
 

@@ -103,3 +103,62 @@ def test_what_cannot_be_split_is_refused():
             with pytest.raises(ContextParallelError, match="attn_mask and dropout_p"):
                 F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
     simpg.run(body, 2)
+
+
+def test_checkpointed_blocks_recompute_their_attention_across_the_ranks():
+    """Note [context parallel in the backward]: ``loss.backward()`` inside the block keeps the
+    context-parallel attention on for the recomputation of checkpointed blocks."""
+    model = _model()
+    g = torch.Generator().manual_seed(2)
+    tokens, targets = (torch.randint(0, 64, (2, SEQ), generator=g) for _ in range(2))
+    _, want_loss, want_grads = _one_device(model, tokens, targets)
+
+    def body():
+        mesh = dtensor.init_device_mesh("cpu", (2,), mesh_dim_names=("cp",))
+        mine = copy.deepcopy(model)
+        mine.checkpoint_activations = True
+        x, y = tokens.clone(), targets.clone()
+        with context_parallel(mesh, buffers=[x, y, mine.freqs_cos, mine.freqs_sin],
+                              buffer_seq_dims=[1, 1, 0, 0]):
+            loss = F.cross_entropy(mine(x).flatten(0, 1), y.flatten(0, 1))
+            loss.backward()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        torch.testing.assert_close(total / 2, want_loss, rtol=1e-5, atol=1e-6)
+        for n, p in mine.named_parameters():
+            grad = p.grad.clone()
+            dist.all_reduce(grad)
+            torch.testing.assert_close(grad / 2, want_grads[n], rtol=1e-4, atol=1e-6,
+                                       msg=f"gradient of {n}")
+
+    simpg.run(body, 2)
+
+
+def test_attention_on_tensor_parallel_heads():
+    """Note [context parallel under tensor parallel]: q, k, v DTensors with their heads sharded
+    over tp attend across the cp ranks; the output keeps their layout. A sharded sequence or
+    feature dim is refused."""
+    from dtensor import DTensor, Shard
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 4, SEQ, 8, generator=g) for _ in range(3))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def body():
+        mesh = dtensor.init_device_mesh("cpu", (2, 2), mesh_dim_names=("cp", "tp"))
+        tp = mesh.get_local_rank("tp")
+        parts = [t.clone() for t in (q, k, v)]
+        with context_parallel(mesh["cp"], buffers=parts, buffer_seq_dims=[2, 2, 2]):
+            heads = [DTensor.from_local(t.chunk(2, dim=1)[tp], mesh["tp"], [Shard(1)])
+                     for t in parts]
+            out = F.scaled_dot_product_attention(*heads, is_causal=True)
+            assert isinstance(out, DTensor) and tuple(out.placements) == (Shard(1),)
+            torch.testing.assert_close(out.full_tensor(), shard_sequence(
+                want, 2, 2, mesh.get_local_rank("cp")), rtol=1e-5, atol=1e-6)
+            by_position = [DTensor.from_local(t.chunk(2, dim=2)[tp], mesh["tp"], [Shard(2)])
+                           for t in parts]
+            with pytest.raises(ContextParallelError, match="expected the positions and "
+                               "features .* whole"):
+                F.scaled_dot_product_attention(*by_position, is_causal=True)
+
+    simpg.run(body, 4)

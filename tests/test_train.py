@@ -1,6 +1,8 @@
-"""The main job (examples.train): simulated, it trains with losses equal to one device and
-reports what it promises; under torchrun on real gloo processes it gives the simulated
-run's losses."""
+"""The main job (examples.train): simulated, it trains with losses and weights equal to one
+device's and reports what it promises, on DPxTP meshes and with the whole stack (context
+parallel, HSDP, bf16, accumulation, checkpointed blocks: each alone and together); under
+torchrun on real gloo processes it gives the simulated run's losses (the whole stack on gloo:
+tests/test_train_gloo.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from examples import train
-from examples.train_report import collective_summary, mesh_dim_of, unique_records
+from examples.train_report import (WEIGHT_TOLERANCE, collective_summary, mesh_dim_of,
+                                   unique_records)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,6 +24,20 @@ ROOT = Path(__file__).resolve().parent.parent
 def _simulated(argv: list[str]) -> tuple:
     args = train.parse_args(argv)
     return args, train.run_simulated(args), train.single_device_losses(args)
+
+
+def _check_against_one_device(argv: list[str], loss_rel: float | None = None) -> tuple:
+    """Run simulated; every rank's losses within ``loss_rel`` (default: the dtype's
+    tolerance) of one device's, and every trained weight within the weight tolerance."""
+    args = train.parse_args(argv + ["--quiet", "--trace-file", ""])
+    results = train.run_simulated(args)
+    reference, initial, trained = train.single_device_run(args)
+    for r in results:
+        assert r.losses == pytest.approx(reference, rel=loss_rel or args.tolerance)
+    drift = train.weight_drift(results[0].weights, initial, trained)
+    worst = max(drift, key=drift.get)
+    assert drift[worst] <= WEIGHT_TOLERANCE[args.dtype], (worst, drift[worst])
+    return args, results, drift
 
 
 @pytest.mark.parametrize("argv", [
@@ -38,7 +55,7 @@ def test_simulated_training_equals_one_device(argv):
 def test_report_counts_per_mesh_dim_and_state_is_sharded():
     args, results, _ = _simulated(["--mesh", "2x2", "--steps", "1", "--seq", "8"])
     records = unique_records(results)
-    dims = {mesh_dim_of(rec.ranks, 2, 2) for rec in records}
+    dims = {mesh_dim_of(rec.ranks, (2, 2)) for rec in records}
     assert {"dp", "tp"} <= dims
     summary = {row["dim"]: row for row in collective_summary(args, records)}
     # fully sharded, Note [one collective per module]: each block gathers its parameters
@@ -77,3 +94,99 @@ def test_torchrun_on_gloo_gives_the_simulated_losses(tmp_path):
     assert "PASS" in proc.stdout
     real = json.loads(out.read_text())
     assert real["losses"] == pytest.approx(simulated[0].losses, rel=1e-6)
+
+
+# -- the whole stack: dp x cp x tp (and rep x shard x cp x tp), bf16, accumulation, checkpoints
+SMALL = ["--steps", "2", "--seq", "8"]
+
+
+def test_the_default_is_the_whole_stack_and_trains_like_one_device():
+    args = train.parse_args([])
+    assert (args.mesh_dim_names, args.mesh_shape) == (("dp", "cp", "tp"), (2, 2, 2))
+    assert (args.dtype, args.accumulate, args.checkpoint_activations) == ("bfloat16", 2, True)
+    assert (args.tolerance, args.dp) == (1e-3, "fsdp")
+    # a DPxTP mesh keeps the f32 job: what tests/test_train_resume.py and the benchmarks run
+    plain = train.parse_args(["--mesh", "2x4"])
+    assert (plain.dtype, plain.accumulate, plain.checkpoint_activations, plain.cp_size) == (
+        "float32", 1, False, 1)
+    _check_against_one_device(SMALL)
+
+
+def test_the_whole_stack_in_f32_equals_one_device_to_f32_rounding():
+    """bf16 aside, context parallel + accumulation + checkpointing + fsdp over dp x cp + tp
+    change no value beyond the order of sums: the strict check of the wiring."""
+    _, _, drift = _check_against_one_device(SMALL + ["--dtype", "float32"], loss_rel=1e-5)
+    assert max(drift.values()) < 1e-4
+
+
+@pytest.mark.parametrize("argv", [
+    ["--mesh", "1x2x1", "--accumulate", "1", "--no-checkpoint-activations"],
+    ["--mesh", "2x2", "--accumulate", "2"],
+    ["--mesh", "2x2", "--checkpoint-activations"],
+    ["--mesh", "2x2", "--dtype", "bfloat16"],
+    ["--mesh", "2x2x1x1", "--no-tp", "--batch", "8", "--accumulate", "1",
+     "--no-checkpoint-activations"],
+], ids=["context-parallel", "accumulation", "checkpointing", "bf16", "hsdp"])
+def test_each_feature_alone_trains_like_one_device(argv):
+    dtype = [] if "--dtype" in argv else ["--dtype", "float32"]
+    args, _, _ = _check_against_one_device(argv + dtype + SMALL)
+    assert args.dtype == ("bfloat16" if dtype == [] else "float32")
+
+
+def test_hsdp_with_context_and_tensor_parallel():
+    """rep x shard x cp x tp = 2x1x2x2: replicas, fsdp over shard x cp, cp attention, tp."""
+    args, results, _ = _check_against_one_device(["--mesh", "2x1x2x2", "--batch", "4",
+                                                  "--accumulate", "1"] + SMALL)
+    assert args.rep_size == 2 and len(results) == 8
+    assert results[0].params[0][1] == "[R, S(1), S(0)]"  # embedding: replicas, dp x cp, tp
+
+
+def test_uneven_heads_vocab_and_sequence_pieces_under_context_parallel():
+    """6 heads and a vocabulary of 1001 over tp=4; a sequence of 12 is 6 tokens a cp rank,
+    cut 2, 2, 1, 1 over tp by sequence parallel."""
+    _check_against_one_device(["--mesh", "1x2x4", "--seq", "12", "--steps", "2", "--n-heads",
+                               "6", "--vocab", "1001", "--dtype", "float32"])
+
+
+def test_collectives_show_accumulation_context_parallel_and_recomputation():
+    args, results, _ = _simulated(SMALL + ["--steps", "1", "--dtype", "float32", "--quiet"])
+    summary = {row["dim"]: row for row in collective_summary(args, unique_records(results))}
+    assert {"cp", "dp+cp", "tp"} <= set(summary)
+    modules = train.build_model(args).config.n_layers + 1
+    # fully_shard over dp x cp: every micro-batch gathers (Note [one collective per module]),
+    # only the last reduce-scatters (set_requires_gradient_sync(False) before)
+    assert summary["dp+cp"]["ops"]["all_gather"] == args.accumulate * (2 * modules - 1)
+    assert summary["dp+cp"]["ops"]["reduce_scatter"] == modules
+    # cp attention gathers keys and values per layer and micro-batch, again when the
+    # checkpointed block recomputes; their gradients are reduce-scattered once
+    layers = modules - 1
+    assert summary["cp"]["ops"] == {"all_gather": 2 * 2 * layers * args.accumulate,
+                                    "reduce_scatter": 2 * layers * args.accumulate}
+
+
+def test_mesh_dims_of_groups_on_a_3d_mesh():
+    shape, names = (2, 2, 2), ("dp", "cp", "tp")
+    assert mesh_dim_of([0, 1], shape, names) == "tp"
+    assert mesh_dim_of([5, 7], shape, names) == "cp"
+    assert mesh_dim_of([1, 3, 5, 7], shape, names) == "dp+cp"
+    assert mesh_dim_of(range(8), shape, names) == "dp+cp+tp"
+    assert mesh_dim_of([3], shape, names) == "none"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seq", "6"], "--seq 6 over cp=2: .* expected a multiple of 4"),
+    (["--mesh", "2x2x2x2"], r"--batch 4 must divide evenly over dp=4 x --accumulate 2"),
+    (["--mesh", "1x2x2", "--dp", "none"], "context-parallel ranks hold different tokens"),
+    (["--mesh", "2x1x1x2", "--dp", "replicate"], "HSDP .* is fully sharded"),
+    (["--mesh", "2x2", "--dp", "replicate", "--dtype", "bfloat16"],
+     "the casts are fully_shard's MixedPrecisionPolicy"),
+    (["--accumulate", "0"], "expected at least 1 micro-batch"),
+    (["--mesh", "2x0x2"], "expected DPxTP, DPxCPxTP or REPxSHARDxCPxTP"),
+    (["--mesh", "2x2x2x2x2"], "expected DPxTP, DPxCPxTP or REPxSHARDxCPxTP"),
+])
+def test_whole_stack_arguments_that_cannot_work_are_refused(capsys, argv, message):
+    import re
+
+    with pytest.raises(SystemExit):
+        train.parse_args(argv)
+    assert re.search(message, capsys.readouterr().err)

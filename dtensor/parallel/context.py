@@ -21,6 +21,13 @@ yet. On exit each buffer gets its whole value back, unless listed in ``no_restor
 Each rank's loss is the mean over its tokens; with the same number of tokens per rank the
 sequence's mean is the mean of the ranks', so averaging gradients over the context mesh (as
 ``fully_shard`` over a mesh that includes it does) gives one device's.
+
+Note [context parallel under tensor parallel]
+A tensor-parallel attention hands ``scaled_dot_product_attention`` DTensors on the tp mesh
+whose heads (or batch) are sharded: ``(bsz, heads, seq, head_dim)`` with ``Shard(1)``. Each
+(batch, head) attends on its own, so the attention runs on each rank's local pieces (the
+sequence gathered over the cp mesh as above) and the output is the same DTensor layout; the
+last two dims (positions, features) must be whole on the tp mesh and nothing Partial.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from dtensor.mesh import DeviceMesh
+from dtensor.placements import Partial, Shard
+from dtensor.spec import contiguous_strides
+from dtensor.tensor import DTensor
 
 _SDPA = F.scaled_dot_product_attention
 
@@ -95,6 +105,8 @@ class _Attention:
             raise ContextParallelError(
                 "scaled_dot_product_attention under context_parallel: attn_mask and dropout_p "
                 "are not supported (expected is_causal or no mask, dropout_p=0)")
+        if any(isinstance(t, DTensor) for t in (query, key, value)):
+            return self._on_local_pieces(query, key, value, is_causal, scale, enable_gqa)
         local = query.shape[-2]
         if local * self.cp != self.seq:
             raise ContextParallelError(
@@ -111,6 +123,35 @@ class _Attention:
             mask = pos_q[:, None] >= pos_k[None, :]
         return self.original(query, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
 
+    def _on_local_pieces(self, query: Any, key: Any, value: Any, is_causal: bool,
+                         scale: float | None, enable_gqa: bool) -> DTensor:
+        """Note [context parallel under tensor parallel]."""
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(t, DTensor) or t.device_mesh != query.device_mesh \
+                    or tuple(t.placements) != tuple(query.placements):
+                raise ContextParallelError(
+                    f"scaled_dot_product_attention under context_parallel: {name} is "
+                    f"{_describe(t)} but query is {_describe(query)}; expected query, key and "
+                    f"value as DTensors of one layout")
+            whole = {t.dim() - 2, t.dim() - 1}
+            if any(isinstance(p, Partial) or isinstance(p, Shard) and p.dim % t.dim() in whole
+                   for p in t.placements):
+                raise ContextParallelError(
+                    f"scaled_dot_product_attention under context_parallel: {name} is "
+                    f"{_describe(t)}; expected the positions and features (the last two "
+                    f"dims) whole and nothing Partial: shard only the batch or the heads")
+        out = self(query.to_local(), key.to_local(), value.to_local(), is_causal=is_causal,
+                   scale=scale, enable_gqa=enable_gqa)
+        shape = (*query.shape[:-1], value.shape[-1])
+        return DTensor.from_local(out, query.device_mesh, query.placements, shape=shape,
+                                  stride=contiguous_strides(shape))
+
+
+def _describe(t: Any) -> str:
+    if isinstance(t, DTensor):
+        return f"a DTensor {tuple(t.placements)} on {t.device_mesh!r}"
+    return f"a {type(t).__name__}"
+
 
 class _AttentionMode(TorchFunctionMode):
     """Routes ``F.scaled_dot_product_attention`` to the context-parallel attention. A torch
@@ -124,7 +165,33 @@ class _AttentionMode(TorchFunctionMode):
                            kwargs: dict | None = None) -> Any:
         if func is _SDPA:
             return self.attention(*args, **(kwargs or {}))
+        if func is torch.Tensor.backward or func is torch.autograd.backward:
+            return self._backward(func, args, kwargs or {})
         return func(*args, **(kwargs or {}))
+
+    def _backward(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """Note [context parallel in the backward]
+        ``Tensor.backward`` is itself a torch function: a mode handles it with the mode taken
+        off the stack, so the autograd engine, which runs the backward under the mode stack
+        of its call, would run it without this one; then ``torch.utils.checkpoint``
+        (non-reentrant) recomputes a checkpointed block's attention locally and fails (a
+        different number of saved tensors; pytorch/pytorch#147995). So the backward of a
+        plain ``loss.backward()`` is started here with this mode back on the stack, from the
+        outputs' gradient edges: ``torch.autograd.backward`` of edges is no torch function
+        call. Anything else (gradients for non-scalar outputs, ``inputs``) goes to torch as
+        called."""
+        options = dict(kwargs)
+        grad = options.pop("gradient", options.pop("grad_tensors", None))
+        tensors = (args[0],) if isinstance(args[0], torch.Tensor) else tuple(args[0])
+        if len(args) > 1 or grad is not None or options.get("inputs") is not None or any(
+                not isinstance(t, torch.Tensor) or t.numel() != 1 for t in tensors):
+            return func(*args, **kwargs)
+        edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
+        with self:
+            torch.autograd.backward(edges, [torch.ones_like(t) for t in tensors],
+                                    retain_graph=options.get("retain_graph"),
+                                    create_graph=options.get("create_graph", False))
+        return None
 
 
 @contextlib.contextmanager

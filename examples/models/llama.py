@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from examples.models._plan import family
 
@@ -167,11 +168,17 @@ class TransformerBlock(nn.Module):
 
 
 class Llama(nn.Module):
-    """Token ids (bsz, seqlen) int64 -> logits (bsz, seqlen, vocab_size)."""
+    """Token ids (bsz, seqlen) int64 -> logits (bsz, seqlen, vocab_size).
 
-    def __init__(self, cfg: LlamaConfig) -> None:
+    ``checkpoint_activations``: each transformer block runs under ``torch.utils.checkpoint``
+    (non-reentrant), keeping only its inputs and recomputing the rest in the backward. It is
+    an attribute, not a wrapper module, so parameter names (plans, checkpoints) stay the same.
+    """
+
+    def __init__(self, cfg: LlamaConfig, *, checkpoint_activations: bool = False) -> None:
         super().__init__()
         self.config = cfg
+        self.checkpoint_activations = checkpoint_activations
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
@@ -210,7 +217,10 @@ class Llama(nn.Module):
         h = self.tok_embeddings(tokens)
         cos, sin = self.freqs_cos[:seqlen], self.freqs_sin[:seqlen]
         for layer in self.layers:
-            h = layer(h, cos, sin)
+            if self.checkpoint_activations and torch.is_grad_enabled():
+                h = checkpoint(layer, h, cos, sin, use_reentrant=False)
+            else:
+                h = layer(h, cos, sin)
         return self.output(self.norm(h))
 
 
