@@ -33,10 +33,13 @@ scopes that nest:
 - ``following(module)``, a context manager around the whole step (forward, loss,
   ``backward()``), as torch's ``loss_parallel``: pushed for the block, so the backward's
   copy has it too; every call of the step is followed;
-- without it, around the module's forward (its pre- and post-hooks) and around each
-  backward node that forward made (the node's pre- and post-hooks, inside the engine's
-  copy). The loss between them, and its backward, run as propagation chooses; the planned
-  calls it leaves unmatched are counted as not run.
+- without it, around the module's forward (its pre- and post-hooks), and in each backward
+  node that forward made, from the node's pre-hook to the end of the node's evaluation:
+  pushed with no pop, since the engine puts back the stack it had before the node when the
+  node is done. That scope also holds the sums of gradients the engine makes into the next
+  nodes' inputs (after the node's post-hooks), which the plan places too. The loss between
+  forward and backward, and the loss's own backward nodes, run as propagation chooses; the
+  planned calls they leave unmatched are counted as not run.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
+                                           _push_mode)
 
 from dtensor.graph.errors import GraphShardingError
 from dtensor.placements import Placement, fmt_placements
@@ -148,6 +152,16 @@ class Follower(TorchDispatchMode):
 
     def push(self) -> None:
         self.__enter__()
+
+    def push_for_node(self) -> None:
+        """Listen for the rest of the backward node being evaluated: its call and the sums
+        of its gradients into the next nodes' inputs, which the engine makes after the
+        node's post-hooks. The engine restores the dispatch-mode stack it had before the
+        node when the node's evaluation ends (Note [when the follower listens]), so this
+        push has no pop (and, undone by the engine, no ``__enter__`` bookkeeping either).
+        Inside ``following`` the follower is on the stack already."""
+        if not self.in_step:
+            _push_mode(self)
 
     def pop(self) -> None:
         """Leave the dispatch-mode stack; the follower must be on top (a mode opened inside
