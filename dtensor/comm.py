@@ -172,12 +172,11 @@ class _InFlight:
         self.thread = threading.get_ident()
 
     def __del__(self) -> None:
-        handle = self.handle
-        if handle is not None and threading.get_ident() == self.thread:
-            try:  # dropped unused: finished all the same (Note [async redistribute])
-                handle.wait()
-            except BaseException:  # nowhere to raise to; a failed world says so itself
-                pass
+        try:  # dropped unused: finished all the same (Note [async redistribute])
+            if self.handle is not None and threading.get_ident() == self.thread:
+                self.handle.wait()
+        except BaseException:  # nowhere to raise to; a failed world says so itself
+            pass
 
     def wait(self) -> torch.Tensor:
         value = self.value

@@ -24,8 +24,8 @@ import simpg
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from dtensor import native
 from dtensor.comm import AsyncCollectiveError, AsyncCollectiveTensor, Handle
-from dtensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                              parallelize_module)
+from dtensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                              RowwiseParallel, parallelize_module)
 from gloo_runner import run_program_on_gloo
 
 # (source, target, what the last step issues), on a 2x2 mesh for the 2-d rows
@@ -307,14 +307,19 @@ def test_backward_through_to_local_of_a_piece_in_flight():
     _run(body)
 
 
-def test_no_grad_async_redistribute_is_in_flight_too():
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode],
+                         ids=["no_grad", "inference_mode"])
+def test_without_grad_an_async_redistribute_is_in_flight_too(mode):
     def body():
         mesh = init_device_mesh("cpu", (4,))
         x = distribute_tensor(_full((8, 4)), mesh, [Shard(0)]).requires_grad_()
-        with torch.no_grad():
+        with mode():
             y = x.redistribute(mesh, [Replicate()], async_op=True)
             assert not y._local_tensor.completed() and not y.requires_grad
-            torch.testing.assert_close(y.to_local() * 1, _full((8, 4)))
+            torch.testing.assert_close(y.view(32).to_local(), _full((8, 4)).view(32))
+            z = (x * 2).redistribute(mesh, [Replicate()], async_op=True)
+            assert not z._local_tensor.completed()
+            torch.testing.assert_close(z.full_tensor(), _full((8, 4)) * 2)
 
     _run(body)
 
@@ -420,6 +425,11 @@ def test_prepare_module_input_issues_every_input_before_the_forward_waits():
         assert states == [False, False]  # both collectives in flight at the forward's start
         torch.testing.assert_close(got_a, a + 1)
         torch.testing.assert_close(got_b, b + 1)
+        gather = parallelize_module(nn.Identity(), mesh, PrepareModuleOutput(
+            output_layouts=Shard(0), desired_output_layouts=Replicate()))
+        out = gather(a.chunk(4)[dist.get_rank()])
+        assert type(out) is torch.Tensor  # waited, as torch's PrepareModuleOutput
+        torch.testing.assert_close(out, a)
 
     _run(body)
 

@@ -111,9 +111,11 @@ def distribute_parameter(module: nn.Module, name: str, mesh: DeviceMesh,
 
 
 def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
-              what: str, global_size: int | None = None) -> Any:
+              what: str, global_size: int | None = None, async_op: bool = True) -> Any:
     """``x`` as a DTensor on ``mesh`` in ``desired`` (plain tensors are taken to be in
     ``layout``, DTensors are moved from wherever they are). None layouts leave ``x`` alone.
+    The move is left in flight unless ``async_op`` is False (Note [styles move
+    asynchronously]).
 
     A plain tensor in a Shard layout is one rank's piece of a dim whose global size is
     ``global_size`` when the caller knows it (a Linear's in_features), else the sum of the
@@ -137,17 +139,20 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
         # the tensor method, not Redistribute.apply: dynamo inlines hooks, and puts the
         # method in a graph as it is (Note [from_local in a graph] in dtensor/compile.py);
         # Note [styles move asynchronously]
-        dt = dt.redistribute(mesh, placements, async_op=True)
+        dt = dt.redistribute(mesh, placements, async_op=async_op)
     return dt
 
 
 # Note [styles move asynchronously]
-# As torch's styles do, every move a style makes is issued with async_op=True (Note [async
-# redistribute] in dtensor/comm.py): the hook returns with the collective in flight and the
-# wait happens at the first op on the result. That op may be far: a module's output goes back
-# to the caller (a row-wise projection's all_reduce overlaps whatever runs before the residual
-# add; with use_local_output the local piece stays in flight too), and PrepareModuleInput
-# issues the collectives of all its inputs before any of them is waited. Results are the
+# As torch's ColwiseParallel, RowwiseParallel and SequenceParallel do, their moves are issued
+# with async_op=True (Note [async redistribute] in dtensor/comm.py): the hook returns with the
+# collective in flight and the wait happens at the first op on the result. That op may be far:
+# a module's output goes back to the caller (a row-wise projection's all_reduce overlaps
+# whatever runs before the residual add; with use_local_output the local piece stays in
+# flight too). PrepareModuleInput moves asynchronously too, where torch's waits: it issues
+# the collectives of all its inputs before any is waited, and a DTensor input (the default,
+# use_local_output=False) is of the same type either way. PrepareModuleOutput waits, as
+# torch's does: its default local output is then a plain tensor, as torch's. Results are the
 # same as with synchronous moves, bit for bit: the same collectives run on the same pieces.
 
 
@@ -464,7 +469,8 @@ class PrepareModuleOutput(ParallelStyle):
                 f"PrepareModuleOutput({type(module).__name__}): {len(layouts)} output_layouts "
                 f"for {len(outs)} outputs: expected one layout per output")
         moved = tuple(finish(to_layout(o, mesh, lay, want,
-                                       what=f"{type(module).__name__} output {i}"),
+                                       what=f"{type(module).__name__} output {i}",
+                                       async_op=False),  # Note [styles move asynchronously]
                              self.use_local_output)
                       for i, (o, lay, want) in enumerate(
                           zip(outs, layouts, self.desired_output_layouts or ())))
