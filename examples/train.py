@@ -61,7 +61,7 @@ import torch.distributed as dist
 import dtensor
 import simpg
 from dtensor import DTensor
-from dtensor.experimental import context_parallel
+from dtensor.experimental import context_parallel, get_rotate_method, set_rotate_method
 from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, loss_parallel,
                               parallelize_module, replicate, state_bytes)
 from examples.models import llama
@@ -120,6 +120,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=None, help="recompute each transformer block in the backward "
                    "(torch.utils.checkpoint, non-reentrant; default: on with a 3- or 4-number "
                    "--mesh, off on DPxTP)")
+    p.add_argument("--cp-rotate", choices=("allgather", "alltoall"), default="allgather",
+                   help="how context-parallel attention moves keys and values: one all-gather "
+                   "(default) or ring attention (dtensor.experimental.set_rotate_method)")
     p.add_argument("--no-tp", action="store_true", help="no tensor parallelism on the tp dim")
     p.add_argument("--no-sp", action="store_true", help="tensor parallel without sequence "
                    "parallel (norms and the residual stream replicated)")
@@ -463,8 +466,20 @@ def world_size(args: argparse.Namespace) -> int:
     return args.dp_size * args.cp_size * args.tp_size
 
 
+@contextlib.contextmanager
+def _rotate_method(args: argparse.Namespace) -> Any:
+    """--cp-rotate: process-wide, as torch's (simulated ranks share it); put back after."""
+    before = get_rotate_method()
+    set_rotate_method(getattr(args, "cp_rotate", "allgather"))
+    try:
+        yield
+    finally:
+        set_rotate_method(before)
+
+
 def run_simulated(args: argparse.Namespace) -> list[RankResult]:
-    return simpg.run(train_rank, world_size(args), args, True, timeout=600)
+    with _rotate_method(args):
+        return simpg.run(train_rank, world_size(args), args, True, timeout=600)
 
 
 def run_torchrun(args: argparse.Namespace) -> list[RankResult] | None:
@@ -477,7 +492,8 @@ def run_torchrun(args: argparse.Namespace) -> list[RankResult] | None:
         if world != world_size(args):
             raise SystemExit(f"--mesh {args.mesh} needs {world_size(args)} ranks, "
                              f"torchrun started {world}")
-        result = train_rank(args)
+        with _rotate_method(args):
+            result = train_rank(args)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, result)
         return gathered if dist.get_rank() == 0 else None

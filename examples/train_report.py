@@ -58,7 +58,8 @@ def parallelisms(args: argparse.Namespace) -> list[str]:
     data = {"fsdp": "HSDP" if getattr(args, "rep_size", 1) > 1 else "fully sharded",
             "replicate": "replicated", "none": ""}[args.dp]
     return [p for p, on in ((data, args.dp != "none"),
-                            ("context", getattr(args, "cp_size", 1) > 1),
+                            ("context" + (" (ring)" if getattr(args, "cp_rotate", "") ==
+                                          "alltoall" else ""), getattr(args, "cp_size", 1) > 1),
                             ("tensor", tp), ("sequence", tp and not args.no_sp),
                             ("loss", tp and not args.no_loss_parallel)) if on]
 

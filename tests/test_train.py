@@ -121,12 +121,14 @@ def test_the_whole_stack_in_f32_equals_one_device_to_f32_rounding():
 
 @pytest.mark.parametrize("argv", [
     ["--mesh", "1x2x1", "--accumulate", "1", "--no-checkpoint-activations"],
+    ["--mesh", "1x2x1", "--accumulate", "1", "--cp-rotate", "alltoall"],
     ["--mesh", "2x2", "--accumulate", "2"],
     ["--mesh", "2x2", "--checkpoint-activations"],
     ["--mesh", "2x2", "--dtype", "bfloat16"],
     ["--mesh", "2x2x1x1", "--no-tp", "--batch", "8", "--accumulate", "1",
      "--no-checkpoint-activations"],
-], ids=["context-parallel", "accumulation", "checkpointing", "bf16", "hsdp"])
+], ids=["context-parallel", "ring-attention+checkpointing", "accumulation", "checkpointing",
+        "bf16", "hsdp"])
 def test_each_feature_alone_trains_like_one_device(argv):
     dtype = [] if "--dtype" in argv else ["--dtype", "float32"]
     args, _, _ = _check_against_one_device(argv + dtype + SMALL)
