@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from simpg.costmodel import CostModel
 from simpg.records import CollectiveRecord
 
-__all__ = ["Compute", "Issue", "Wait", "Event", "RankTimeline", "DeviceModel", "DEVICES",
-           "interconnect", "INTERCONNECTS", "RankStep", "StepEstimate", "schedule",
-           "model_step", "summary"]
+__all__ = ["Compute", "Issue", "Wait", "Use", "Event", "WAIT_POINTS", "RankTimeline",
+           "DeviceModel", "DEVICES", "interconnect", "INTERCONNECTS", "RankStep",
+           "StepEstimate", "schedule", "model_step", "summary"]
 
 # Note [exposed communication]
 # What a step would take on a GPU-like device, from what each rank ran here. Per rank, two
@@ -54,7 +54,10 @@ __all__ = ["Compute", "Issue", "Wait", "Event", "RankTimeline", "DeviceModel", "
 # A wait is where the program waits: a library that makes a side stream wait on CUDA (torch's
 # FSDP2 waits for its all-gathers on its all-gather stream, the compute stream on an event
 # later) has no side stream on CPU, so its waits count on the compute stream (an upper
-# bound on its exposed communication).
+# bound on its exposed communication). The other bound: ``waits="first_use"`` ignores the
+# Waits and stalls the compute stream only before the first kernel that touches one of the
+# collective's tensors (a Use event), as a program whose every wait is on a side stream with
+# an event before the consumer would; the truth for such a library lies between the two.
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,16 @@ class Wait:
     collective: int
 
 
-Event = Compute | Issue | Wait
+@dataclass(frozen=True, slots=True)
+class Use:
+    """The first kernel after collective ``collective`` was issued that reads or writes one of
+    its tensors comes next (the point a stream-perfect program would wait at)."""
+
+    collective: int
+
+
+Event = Compute | Issue | Wait | Use
+WAIT_POINTS = ("program", "first_use")  # where the compute stream waits: Wait or Use events
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,17 +246,23 @@ class _Stream:
 
 
 def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute], float],
-             comm_s: Mapping[int, float], ranks_of: Mapping[int, Sequence[int]]
-             ) -> StepEstimate:
+             comm_s: Mapping[int, float], ranks_of: Mapping[int, Sequence[int]],
+             waits: str = "program") -> StepEstimate:
     """Play each rank's ``events`` on a compute and a communication stream (Note [exposed
     communication]). ``comm_s`` and ``ranks_of`` give each collective's duration and its
-    participating global ranks. Deterministic: ranks advance in rank order, in rounds.
+    participating global ranks; ``waits`` picks the events the compute stream waits at:
+    "program" (Wait) or "first_use" (Use). Deterministic: ranks advance in rank order, in
+    rounds.
 
     >>> s = schedule({0: [Issue(7), Wait(7)]}, lambda op: 0.0, {7: 2.0}, {7: (0,)})
     >>> (s.step_s, s.exposed_s, s.overlap)
     (2.0, 2.0, 0.0)
     """
-    streams = {r: _Stream(evs) for r, evs in sorted(events.items())}
+    if waits not in WAIT_POINTS:
+        raise ValueError(f"waits={waits!r}: expected one of {', '.join(WAIT_POINTS)}")
+    skipped = Use if waits == "program" else Wait
+    streams = {r: _Stream([e for e in evs if not isinstance(e, skipped)])
+               for r, evs in sorted(events.items())}
     for seq, ranks in ranks_of.items():
         if seq not in comm_s:
             raise ValueError(f"collective {seq} has participants {tuple(ranks)} but no "
@@ -301,7 +319,7 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
             s.in_flight = seq
             if len(ready[seq]) == len(ranks_of[seq]):
                 _start(seq, streams, comm_s[seq], ranks_of[seq], ready, spans)
-        elif isinstance(event, Wait):
+        elif isinstance(event, (Wait, Use)):
             span = spans.get(event.collective)
             if span is None:
                 if event.collective not in ready or rank not in ready[event.collective]:
@@ -312,7 +330,8 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
                 s.spans.append((rank, f"wait #{event.collective}", s.compute_t, span[1]))
                 s.compute_t = span[1]
         else:
-            raise TypeError(f"rank {rank}: event {event!r} is not a Compute, Issue or Wait")
+            raise TypeError(f"rank {rank}: event {event!r} is not a Compute, Issue, Wait "
+                            f"or Use")
         s.pc += 1
     return s.pc != start_pc
 
@@ -343,9 +362,10 @@ def _stuck(streams: Mapping[int, _Stream], ranks_of: Mapping[int, Sequence[int]]
 
 
 def model_step(timelines: Sequence[RankTimeline], device: DeviceModel,
-               network: CostModel) -> StepEstimate:
+               network: CostModel, waits: str = "program") -> StepEstimate:
     """Price recorded timelines (kernels by ``device``, collectives by ``network``) and
-    schedule them. Every participant of every collective must be among ``timelines``.
+    schedule them (``waits`` as in :func:`schedule`). Every participant of every collective
+    must be among ``timelines``.
 
     >>> import torch
     >>> rec = CollectiveRecord(seq=3, op="all_reduce", group="world", ranks=(0, 1),
@@ -361,8 +381,8 @@ def model_step(timelines: Sequence[RankTimeline], device: DeviceModel,
             records.setdefault(rec.seq, rec)
     durations = {seq: network.estimate(rec) for seq, rec in records.items()}
     ranks_of = {seq: rec.ranks for seq, rec in records.items()}
-    return schedule({tl.rank: tl.events for tl in timelines}, device.op_s, durations, ranks_of)
-
+    return schedule({tl.rank: tl.events for tl in timelines}, device.op_s, durations, ranks_of,
+                    waits)
 
 
 def summary(timelines: Sequence[RankTimeline], ranks_per_node: int,

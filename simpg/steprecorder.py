@@ -6,16 +6,18 @@ the collectives it issues and waits for, as the events ``simpg.overlap`` schedul
 ...     with record_step() as rec:
 ...         x = torch.ones(8, 8) @ torch.ones(8, 8)
 ...         work = dist.all_reduce(x, async_op=True)
-...         y = x.sum()
+...         y = torch.ones(8).sum()  # independent of x
 ...         work.wait()
+...         z = x.sum()  # x's first use
 ...     return [type(e).__name__ for e in rec.timeline().events]
 >>> simpg.run(body, 2)[0]
-['Compute', 'Compute', 'Compute', 'Issue', 'Compute', 'Wait']
+['Compute', 'Compute', 'Compute', 'Issue', 'Compute', 'Compute', 'Wait', 'Use', 'Compute']
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +27,7 @@ from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from simpg.overlap import Compute, Event, Issue, RankTimeline, Wait
+from simpg.overlap import Compute, Event, Issue, RankTimeline, Use, Wait
 from simpg.trace import Trace, comm_observer
 
 __all__ = ["record_step", "StepRecorder"]
@@ -41,6 +43,10 @@ __all__ = ["record_step", "StepRecorder"]
 # (``Call.issued_s``) and before the Work exists: the recorder drops the ops it saw since
 # then, so data movement is never priced as compute. The collective's identity is its
 # record's ``seq``: the record keeps each rank's ``issued_s``, the Work its own.
+# A collective's first use (a Use event, for ``waits="first_use"`` in simpg.overlap) is the
+# first kernel after its issue that reads or writes a storage of one of its tensors (the
+# Call's payload): storages, not tensors, because a view is the same memory. A storage that
+# dies unused is forgotten, so its address, reused by a new storage, is not mistaken for it.
 #
 # Local kernels come from a TorchDispatchMode. The mode stack is thread-local and each simpg
 # rank is a thread, so each rank records only its own ops. A mode runs before tensor
@@ -78,6 +84,10 @@ _FREE_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty",
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata  # one storage, whatever view of it a kernel sees
 
 
 def price_op(func: Any, args: tuple, kwargs: dict, out: Any) -> Compute | None:
@@ -124,7 +134,7 @@ class _KernelMode(TorchDispatchMode):
                     "device" in kwargs and torch.device(kwargs["device"]).type == "meta"):
                 op = price_op(func, args, kwargs, out)
                 if op is not None:
-                    self._recorder._kernel(op)
+                    self._recorder._kernel(op, tensors)
         return out
 
 
@@ -133,8 +143,12 @@ class StepRecorder:
     :func:`record_step`. After the block, :meth:`timeline` gives the events."""
 
     def __init__(self) -> None:
-        self._events: list[Event | tuple[str, float]] = []  # Issue/Wait keyed by issued_s
+        # kernels, and ("issue" | "wait", issued_s) or ("use", issued_s, storage key)
+        self._events: list[Compute | tuple] = []
         self._times: list[float] = []  # per event: perf_counter when recorded (kernels)
+        # storage key -> the collectives issued on it whose first use is still to come
+        self._unused: dict[int, list[float]] = {}
+        self._watched: set[int] = set()  # storage keys with a finalizer calling _forget
         self._waited: set[float] = set()
         self._issued: set[float] = set()
         self._trace = Trace()
@@ -144,20 +158,40 @@ class StepRecorder:
         self._timeline: RankTimeline | None = None
 
     # -- what the mode and simpg's Work report -------------------------------------------------
-    def _kernel(self, op: Compute) -> None:
+    def _kernel(self, op: Compute, tensors: list[torch.Tensor]) -> None:
+        now = time.perf_counter()
+        if self._unused:
+            for key in {_storage_key(t) for t in tensors}:
+                for issued_s in self._unused.pop(key, ()):
+                    self._events.append(("use", issued_s, key))
+                    self._times.append(now)
         self._events.append(op)
-        self._times.append(time.perf_counter())
+        self._times.append(now)
 
     def issued(self, work: Any) -> None:
         issued_s = work._call.issued_s
         # the ops since the Call was made were simpg moving data (Note [issue and wait points])
-        while self._times and self._times[-1] >= issued_s and isinstance(self._events[-1],
-                                                                            Compute):
-            self._events.pop()
+        while self._times and self._times[-1] >= issued_s and (
+                isinstance(self._events[-1], Compute) or self._events[-1][0] == "use"):
+            event = self._events.pop()
             self._times.pop()
+            if not isinstance(event, Compute):  # not a use by this rank's program
+                self._unused.setdefault(event[2], []).insert(0, event[1])
         self._issued.add(issued_s)
         self._events.append(("issue", issued_s))
         self._times.append(issued_s)
+        for t in _tensors(work._call.payload):
+            key = _storage_key(t)
+            if issued_s not in self._unused.setdefault(key, []):
+                self._unused[key].append(issued_s)
+                if key not in self._watched:  # a freed storage's key may come back
+                    self._watched.add(key)
+                    weakref.finalize(t.untyped_storage(), _forget_storage,
+                                     weakref.WeakMethod(self._forget), key)
+
+    def _forget(self, key: int) -> None:
+        self._unused.pop(key, None)
+        self._watched.discard(key)
 
     def waited(self, work: Any) -> None:
         issued_s = work._call.issued_s
@@ -206,19 +240,25 @@ class StepRecorder:
             if isinstance(e, Compute):
                 events.append(e)
                 continue
-            kind, issued_s = e
+            kind, issued_s = e[0], e[1]
             seq = seq_of.get(issued_s)
             if seq is None:
                 raise RuntimeError(f"rank {rank}: a collective issued inside record_step() "
                                    f"did not complete before the block ended: expected "
                                    f"every collective issued in the block to complete in it")
-            events.append(Issue(seq) if kind == "issue" else Wait(seq))
+            events.append({"issue": Issue, "wait": Wait, "use": Use}[kind](seq))
         return RankTimeline(rank, tuple(events), tuple(records))  # type: ignore[arg-type]
 
     def timeline(self) -> RankTimeline:
         if self._timeline is None:
             raise RuntimeError("StepRecorder.timeline(): the block has not ended (or raised)")
         return self._timeline
+
+
+def _forget_storage(forget: weakref.WeakMethod, key: int) -> None:
+    method = forget()  # the recorder may be gone: the storage outlived it
+    if method is not None:
+        method(key)
 
 
 def record_step() -> StepRecorder:

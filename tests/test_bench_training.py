@@ -52,6 +52,10 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
             hidden = table[f"overlap (comm hidden), {preset}"][i]
             assert serial > 0 and 0 <= hidden <= 1, (lib, preset)
             assert hidden == pytest.approx(max(0.0, 1 - exposed / serial)), (lib, preset)
+            # a program that waits before it uses a result (any correct one) waits at first
+            # use no earlier than where it waits: no more exposed
+            first_use = table[f"exposed comm at first use, {preset} (us)"][i]
+            assert 0 <= first_use <= exposed * (1 + 1e-9), (lib, preset)
         assert (table["exposed comm, ib-cluster (us)"][i]
                 > table["exposed comm, nvlink-node (us)"][i]), lib
         timeline = sides[lib].ranks[0].timeline
@@ -73,6 +77,7 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
             figures = table[name][lib]
             assert "error" not in figures, (name, lib, figures)
             assert figures["step_s"] > 0 and figures["exposed_s"] > 0, (name, lib)
+            assert 0 <= figures["first_use_s"] <= figures["exposed_s"] * (1 + 1e-9)
             assert figures["state"] > 0 and all(b > 0 for b in figures["bytes"].values())
     for lib in bench.LIBS:  # hsdp gathers over shard, all-reduces over replicate
         assert set(table["hsdp"][lib]["bytes"]) == {"replicate", "shard"}, lib

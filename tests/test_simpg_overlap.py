@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 import simpg
 from simpg.costmodel import CostModel, LinkModel
-from simpg.overlap import (DEVICES, Compute, DeviceModel, Issue, RankTimeline, Wait,
+from simpg.overlap import (DEVICES, Compute, DeviceModel, Issue, RankTimeline, Use, Wait,
                            interconnect, model_step, schedule)
 from simpg.records import CollectiveRecord
 from simpg.steprecorder import price_op, record_step
@@ -27,10 +27,11 @@ def kernel(us: float) -> Compute:
 UNIT_DEVICE = DeviceModel("unit", {"float32": 1e12}, hbm_Bps=1e12, kernel_floor_s=0.0)
 
 
-def run(events: dict, durations_us: dict[int, float], ranks_of: dict | None = None):
+def run(events: dict, durations_us: dict[int, float], ranks_of: dict | None = None,
+        waits: str = "program"):
     ranks_of = ranks_of or {seq: tuple(sorted(events)) for seq in durations_us}
     return schedule(events, UNIT_DEVICE.op_s, {k: v * US for k, v in durations_us.items()},
-                    ranks_of)
+                    ranks_of, waits)
 
 
 def us(x: float) -> float:
@@ -106,6 +107,21 @@ def test_disjoint_groups_overlap_and_ranks_run_independently():
     got = {r.rank: (us(r.step_s), us(r.exposed_s)) for r in step.ranks}
     assert got == {0: (10, 0), 1: (4, 4), 2: (6, 4), 3: (6, 6)}
     assert step.slowest.rank == 0
+
+
+def test_waits_at_first_use_instead_of_where_the_program_waits():
+    # a synchronous gather (0..3) whose result the program first uses after a 5 us kernel:
+    # waited where the program waits, all 3 us are exposed; at first use, none
+    events = {0: [Issue(0), Wait(0), kernel(5), Use(0), kernel(1)]}
+    program, first_use = run(events, {0: 3}), run(events, {0: 3}, waits="first_use")
+    assert (us(program.step_s), us(program.exposed_s)) == (9, 3)
+    assert (us(first_use.step_s), us(first_use.exposed_s)) == (6, 0)
+    # used before it ends: the compute stream waits from 1 to 3 there
+    late = run({0: [Issue(0), kernel(1), Use(0), kernel(1), Wait(0)]}, {0: 3},
+               waits="first_use")
+    assert (us(late.step_s), us(late.exposed_s)) == (4, 2)
+    with pytest.raises(ValueError, match="expected one of program, first_use"):
+        run(events, {0: 3}, waits="never")
 
 
 def test_schedule_errors_say_what_is_wrong():
@@ -190,6 +206,22 @@ def test_async_collective_issue_and_wait_points_are_recorded_in_program_order():
         assert tl.events[0].flops == 2 * 16 ** 3
     # the last rank to arrive moved every rank's data: none of that is its compute
     assert tls[0].events == tls[1].events
+
+
+def test_first_use_is_the_first_kernel_touching_the_collectives_storage():
+    def body():
+        out = torch.zeros(4, 4)
+        with record_step() as rec:
+            dist.all_reduce(out)  # waited at once, used later
+            _ = torch.ones(3) + 1  # unrelated
+            _ = out.view(16)[:2] * 2  # a view of the output: its first use
+            _ = out.sum()  # a later use: no second Use
+        return [type(e).__name__ + (f":{e.op}" if isinstance(e, Compute) else "")
+                for e in rec.timeline().events]
+
+    events = simpg.run(body, 2)[0]
+    assert events == ["Issue", "Wait", "Compute:ones.default", "Compute:add.Tensor", "Use",
+                      "Compute:mul.Tensor", "Compute:sum.default"]
 
 
 def test_functional_collectives_wait_tensor_is_the_wait_point():
