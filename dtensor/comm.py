@@ -129,15 +129,20 @@ class Handle(Generic[T]):
 # - an aten op on the piece: this class's __torch_dispatch__ waits, then runs the op on the
 #   finished tensor. Every op on the DTensor runs its local op on the piece (the compiled
 #   entry hands a piece that is not a plain tensor to the Python entry, which does), and so do
-#   printing, pickling, deepcopy, backward and whatever reads the piece through ops;
+#   printing, pickling, deepcopy, backward and whatever reads the piece through ops. Views
+#   wait too (torch's keep them in flight): the finished tensor may not exist before the wait,
+#   when a last local step (an all_to_all's unpacking, a movedim) builds it;
 # - a redistribute of it, implicit or not: ``Program.__call__`` finishes its input before
 #   anything is sent (a process group would read the wrapper's absent storage, and
-#   ``contiguous()`` of it returns it without an op);
+#   ``contiguous()`` of it returns it without an op). A synchronous redistribute to the same
+#   placements, and so ``full_tensor()``, returns the finished piece; an async one shares the
+#   piece in flight;
 # - reads of the data that are not ops (``tolist``, ``numpy``, ``data_ptr``, ...), here.
 # On the wait every DTensor that holds the piece gets the finished plain tensor in its place,
-# so its later ops take the fast paths again: the synchronous path pays nothing, and an async
-# result pays one Python dispatch, once. A wait that fails raises an ``AsyncCollectiveError``
-# naming the redistribute, at the first use and again, the same, at every later one.
+# so its later ops take the fast paths again. The synchronous path pays one type check per
+# redistribute; an async result pays one Python dispatch, once. A wait that fails raises an
+# ``AsyncCollectiveError`` naming the redistribute, at the first use and again, the same, at
+# every later one.
 # ``to_local()`` of a DTensor still in flight returns the piece still in flight (as torch's
 # returns its AsyncCollectiveTensor): it waits at its first op, and ``wait()`` gives the plain
 # tensor. Only forwards are asynchronous: a backward through the redistribute moves the

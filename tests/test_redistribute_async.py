@@ -162,6 +162,10 @@ def _op_python_entry(y):
         return (y + y).full_tensor()
 
 
+def _list_op(y):
+    return torch.cat([y, y]).full_tensor()[:4] + torch._foreach_mul([y], 1)[0].full_tensor()
+
+
 def _in_place(y):
     y.add_(y)
     return y.full_tensor()
@@ -226,7 +230,7 @@ def _inference_mode(y):
         return (y * 2).full_tensor()
 
 
-USES = [_op, _op_python_entry, _in_place, _to_local, _to_local_no_grad, _to_local_tolist,
+USES = [_op, _op_python_entry, _list_op, _in_place, _to_local, _to_local_no_grad, _to_local_tolist,
         _full_tensor, _redistribute_again, _redistribute_again_async, _repr, _pickle,
         _torch_save, _deepcopy, _inference_mode]
 
