@@ -58,6 +58,9 @@ __all__ = ["Compute", "Issue", "Wait", "Use", "Event", "WAIT_POINTS", "RankTimel
 # Waits and stalls the compute stream only before the first kernel that touches one of the
 # collective's tensors (a Use event), as a program whose every wait is on a side stream with
 # an event before the consumer would; the truth for such a library lies between the two.
+# In that mode a collective's inputs are ready when the last kernel that touched its tensors
+# ends (Issue.after), not when every kernel issued before it has: a side-stream collective
+# waits for its producer's event only.
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +80,12 @@ class Compute:
 
 @dataclass(frozen=True, slots=True)
 class Issue:
-    """The rank issues collective ``collective`` (a ``CollectiveRecord.seq``)."""
+    """The rank issues collective ``collective`` (a ``CollectiveRecord.seq``). ``after``: the
+    last kernel before it that touched one of its tensors, counted among the rank's Compute
+    events from 0 (-1: none), for ``waits="first_use"``."""
 
     collective: int
+    after: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +249,7 @@ class _Stream:
     exposed_s: float = 0.0
     in_flight: int | None = None  # the last issued collective not yet scheduled
     spans: list[tuple[int, str, float, float]] = field(default_factory=list)
+    kernel_end: list[float] = field(default_factory=list)  # per Compute event, in order
 
 
 def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute], float],
@@ -277,7 +284,7 @@ def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute
         progressed = False
         for rank, stream in streams.items():
             progressed |= _advance(rank, stream, streams, compute_s, comm_s, ranks_of,
-                                   ready, spans)
+                                   ready, spans, waits == "first_use")
         if not progressed:
             raise ValueError("the modelled streams cannot progress: "
                              + _stuck(streams, ranks_of, ready))
@@ -295,7 +302,7 @@ def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute
 def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
              compute_s: Callable[[Compute], float], comm_s: Mapping[int, float],
              ranks_of: Mapping[int, Sequence[int]], ready: dict[int, dict[int, float]],
-             spans: dict[int, tuple[float, float]]) -> bool:
+             spans: dict[int, tuple[float, float]], by_data: bool) -> bool:
     """Run ``rank``'s events until one must wait for another rank; True if any ran."""
     start_pc = s.pc
     while s.pc < len(s.events):
@@ -306,6 +313,7 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
                 s.spans.append((rank, event.op, s.compute_t, s.compute_t + duration))
             s.compute_t += duration
             s.compute_s += duration
+            s.kernel_end.append(s.compute_t)
         elif isinstance(event, Issue):
             seq = event.collective
             if seq not in ranks_of or rank not in ranks_of[seq]:
@@ -315,7 +323,13 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
                 break  # the communication stream is in order: the previous one first
             if rank in ready.setdefault(seq, {}):
                 raise ValueError(f"rank {rank} issues collective {seq} twice")
-            ready[seq][rank] = s.compute_t  # inputs: every kernel issued before it
+            if not by_data:
+                ready[seq][rank] = s.compute_t  # inputs: every kernel issued before it
+            elif event.after < len(s.kernel_end):  # inputs: the kernel that last touched them
+                ready[seq][rank] = s.kernel_end[event.after] if event.after >= 0 else 0.0
+            else:
+                raise ValueError(f"rank {rank}: collective {seq} is issued after kernel "
+                                 f"{event.after}, but only {len(s.kernel_end)} ran before it")
             s.in_flight = seq
             if len(ready[seq]) == len(ranks_of[seq]):
                 _start(seq, streams, comm_s[seq], ranks_of[seq], ready, spans)

@@ -149,6 +149,9 @@ class StepRecorder:
         # storage key -> the collectives issued on it whose first use is still to come
         self._unused: dict[int, list[float]] = {}
         self._watched: set[int] = set()  # storage keys with a finalizer calling _forget
+        self._kernels = 0  # Compute events so far
+        self._last_touch: dict[int, int] = {}  # storage key -> the last kernel touching it
+        self._touch_log: list[list[tuple[int, int | None]]] = []  # per kernel: prior touches
         self._waited: set[float] = set()
         self._issued: set[float] = set()
         self._trace = Trace()
@@ -160,11 +163,16 @@ class StepRecorder:
     # -- what the mode and simpg's Work report -------------------------------------------------
     def _kernel(self, op: Compute, tensors: list[torch.Tensor]) -> None:
         now = time.perf_counter()
+        keys = {_storage_key(t) for t in tensors}
         if self._unused:
-            for key in {_storage_key(t) for t in tensors}:
+            for key in keys:
                 for issued_s in self._unused.pop(key, ()):
                     self._events.append(("use", issued_s, key))
                     self._times.append(now)
+        self._touch_log.append([(key, self._last_touch.get(key)) for key in keys])
+        for key in keys:
+            self._last_touch[key] = self._kernels
+        self._kernels += 1
         self._events.append(op)
         self._times.append(now)
 
@@ -177,10 +185,19 @@ class StepRecorder:
             self._times.pop()
             if not isinstance(event, Compute):  # not a use by this rank's program
                 self._unused.setdefault(event[2], []).insert(0, event[1])
+            else:  # undo its touches
+                self._kernels -= 1
+                for key, before in self._touch_log.pop():
+                    if before is None:
+                        self._last_touch.pop(key, None)
+                    else:
+                        self._last_touch[key] = before
         self._issued.add(issued_s)
-        self._events.append(("issue", issued_s))
+        tensors = _tensors(work._call.payload)
+        after = max((self._last_touch.get(_storage_key(t), -1) for t in tensors), default=-1)
+        self._events.append(("issue", issued_s, after))
         self._times.append(issued_s)
-        for t in _tensors(work._call.payload):
+        for t in tensors:
             key = _storage_key(t)
             if issued_s not in self._unused.setdefault(key, []):
                 self._unused[key].append(issued_s)
@@ -246,7 +263,10 @@ class StepRecorder:
                 raise RuntimeError(f"rank {rank}: a collective issued inside record_step() "
                                    f"did not complete before the block ended: expected "
                                    f"every collective issued in the block to complete in it")
-            events.append({"issue": Issue, "wait": Wait, "use": Use}[kind](seq))
+            if kind == "issue":
+                events.append(Issue(seq, e[2]))
+            else:
+                events.append(Wait(seq) if kind == "wait" else Use(seq))
         return RankTimeline(rank, tuple(events), tuple(records))  # type: ignore[arg-type]
 
     def timeline(self) -> RankTimeline:

@@ -124,6 +124,18 @@ def test_waits_at_first_use_instead_of_where_the_program_waits():
         run(events, {0: 3}, waits="never")
 
 
+def test_at_first_use_a_collective_waits_only_for_the_kernel_that_produced_its_input():
+    # kernel 0 (0..4) produces the input, kernel 1 (4..9) is unrelated
+    events = {0: [kernel(4), kernel(5), Issue(0, after=0), Use(0), kernel(1)]}
+    program, first_use = run(events, {0: 2}), run(events, {0: 2}, waits="first_use")
+    assert tuple(map(us, program.collectives[0])) == (9, 11)  # after every earlier kernel
+    assert (us(program.step_s), us(program.exposed_s)) == (11, 1)  # 1 us still running
+    assert tuple(map(us, first_use.collectives[0])) == (4, 6)  # beside kernel 1
+    assert (us(first_use.step_s), us(first_use.exposed_s)) == (10, 0)
+    with pytest.raises(ValueError, match="issued after kernel 5, but only 2 ran"):
+        run({0: [kernel(1), kernel(1), Issue(0, after=5)]}, {0: 1}, waits="first_use")
+
+
 def test_schedule_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match="waits for collective 0 before issuing it"):
         run({0: [Wait(0), Issue(0)]}, {0: 1})
@@ -222,6 +234,20 @@ def test_first_use_is_the_first_kernel_touching_the_collectives_storage():
     events = simpg.run(body, 2)[0]
     assert events == ["Issue", "Wait", "Compute:ones.default", "Compute:add.Tensor", "Use",
                       "Compute:mul.Tensor", "Compute:sum.default"]
+
+
+def test_issue_names_the_last_kernel_that_touched_the_collectives_tensors():
+    def body():
+        a = torch.ones(4, 4)
+        with record_step() as rec:
+            x = a @ a  # kernel 0: x's producer
+            _ = a * 2  # kernel 1: unrelated
+            dist.all_reduce(x)
+            dist.all_reduce(torch.zeros(4) + 1)  # zeros (kernel 2), then add (3) make it
+        return [e for e in rec.timeline().events if isinstance(e, Issue)]
+
+    for issues in simpg.run(body, 2):
+        assert [i.after for i in issues] == [0, 3]
 
 
 def test_functional_collectives_wait_tensor_is_the_wait_point():
