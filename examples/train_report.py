@@ -196,11 +196,13 @@ def _collectives(args: argparse.Namespace, results: Sequence[Any]) -> None:
     records = unique_records(results)
     print("\ncollectives per training step and rank, by mesh dim (the busiest rank: what it "
           "takes part in, the bytes it receives, their time in simpg's cost model, serial)")
-    print(f"{'mesh dim':<8} {'count':>6} {'bytes':>12}  {'NVLink node':>12} "
+    summary = collective_summary(args, records)
+    width = max([8] + [len(row["dim"]) for row in summary])
+    print(f"{'mesh dim':<{width}} {'count':>6} {'bytes':>12}  {'NVLink node':>12} "
           f"{'IB cluster':>12}  ops")
-    for row in collective_summary(args, records):
+    for row in summary:
         ops = ", ".join(f"{k} x{v:g}" for k, v in sorted(row["ops"].items()))
-        print(f"{row['dim']:<8} {row['count']:>6g} {row['bytes']:>12.0f}  "
+        print(f"{row['dim']:<{width}} {row['count']:>6g} {row['bytes']:>12.0f}  "
               f"{row['nvlink_s'] * 1e6:>10.1f}us {row['infiniband_s'] * 1e6:>10.1f}us  {ops}")
     if args.trace_file:
         model = simpg.CostModel.nvlink_node(max(8, math.prod(mesh_dims(args)[1])))
