@@ -1,9 +1,10 @@
 """The main job: train the Llama-style model with the whole large-model stack (fully sharded
 data + context + tensor + sequence + loss parallel, bf16 compute, gradient accumulation,
-checkpointed activations) on a simulated mesh, and check every step's loss against one device.
+checkpointed activations) on a simulated mesh, and check every step's loss and the trained
+weights against one device.
 
     python -m examples.train                       # dp x cp x tp = 2x2x2 on 8 simulated ranks
-    python -m examples.train --mesh 2x2x2x2        # HSDP: rep x shard x cp x tp, 16 ranks
+    python -m examples.train --mesh 2x2x2x2 --batch 8   # HSDP: rep x shard x cp x tp
     python -m examples.train --mesh 2x4            # dp x tp: the f32 job without cp
     python -m examples.train --mesh 2x2 --steps 20 --model small
     torchrun --nproc-per-node 4 -m examples.train --mesh 1x2x2        # real gloo processes

@@ -192,3 +192,13 @@ def test_whole_stack_arguments_that_cannot_work_are_refused(capsys, argv, messag
     with pytest.raises(SystemExit):
         train.parse_args(argv)
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_the_whole_stack_saves_and_resumes_bit_identically(tmp_path):
+    pytest.importorskip("safetensors")
+    ck = str(tmp_path / "ck")
+    common = ["--seq", "8", "--quiet", "--trace-file", ""]
+    straight = train.run_simulated(train.parse_args(["--steps", "2"] + common))[0].losses
+    train.run_simulated(train.parse_args(["--steps", "1", "--save", ck] + common))
+    resumed = train.run_simulated(train.parse_args(["--steps", "2", "--resume", ck] + common))
+    assert resumed[0].first_step == 1 and resumed[0].losses == straight[1:]
