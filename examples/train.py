@@ -278,8 +278,8 @@ def _forward_in(model: torch.nn.Module, tokens: torch.Tensor,
     averaged in f32 from per-rank means. bf16 keeps 8 bits (relative steps of 2^-8 = 3.9e-3);
     the loss, a mean over every token, carries far less of that: measured, the sharded bf16
     losses agree with this reference to 2e-5 - 9e-5 relative over 5 to 20 steps (and with an
-    f32 one device to 2e-4). The bf16 tolerance is 1e-3, a quarter of one bf16 step, 10x the
-    measured; the f32 one stays 1e-4. The trained weights are checked too (Note [weight
+    f32 one device to 2e-4). The bf16 tolerance is 1e-3, a quarter of one bf16 step and 10x
+    the largest measured; the f32 one stays 1e-4. The trained weights are checked too (Note [weight
     drift] in examples/train_report.py)."""
     if dtype == torch.float32:
         return model(tokens)
