@@ -178,13 +178,14 @@ class _AttentionMode(TorchFunctionMode):
         different number of saved tensors; pytorch/pytorch#147995). So the backward of a
         plain ``loss.backward()`` is started here with this mode back on the stack, from the
         outputs' gradient edges: ``torch.autograd.backward`` of edges is no torch function
-        call. Anything else (gradients for non-scalar outputs, ``inputs``) goes to torch as
-        called."""
+        call. Anything else (explicit gradients, ``inputs``, outputs that are not scalars or
+        need no gradient) goes to torch as called, its errors included."""
         options = dict(kwargs)
         grad = options.pop("gradient", options.pop("grad_tensors", None))
         tensors = (args[0],) if isinstance(args[0], torch.Tensor) else tuple(args[0])
         if len(args) > 1 or grad is not None or options.get("inputs") is not None or any(
-                not isinstance(t, torch.Tensor) or t.numel() != 1 for t in tensors):
+                not isinstance(t, torch.Tensor) or t.numel() != 1 or not t.requires_grad
+                for t in tensors):
             return func(*args, **kwargs)
         edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
         with self:
