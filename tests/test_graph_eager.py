@@ -108,6 +108,8 @@ def test_the_eager_plan_holds_the_plans_layouts_and_calls(case):
         assert (op.inputs, op.outputs) == (tuple(chosen.inputs), tuple(chosen.outputs)), op
     assert {op.node for op in eager.ops if op.moves} == {
         r.consumer for r in plan.reshards if not r.consumer.startswith("output ")}
+    to_outputs = sum(r.bytes for r in plan.reshards if r.consumer.startswith("output "))
+    assert sum(op.bytes for op in eager.ops) + to_outputs == plan.total_bytes
     assert "mm" in eager.calls()
     assert pickle.loads(pickle.dumps(eager)) == eager  # a plan a user can keep
 

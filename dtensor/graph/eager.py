@@ -153,7 +153,9 @@ class EagerPlan:
         return "\n".join(lines)
 
     def calls(self) -> str:
-        """Every planned call, one a line, those that move an argument marked ``*``."""
+        """Every planned call, one a line, those that move an argument marked ``*`` with
+        the bytes the plan counts for the move (the gradients' moves to their parameters'
+        layouts, at the end of the step, are the plan's other bytes)."""
         return "\n".join(f"{'*' if op.moves else ' '} {op}" for op in self.ops)
 
 
@@ -264,6 +266,9 @@ def planned_ops(plan: Any) -> tuple[PlannedOp, ...]:
     eager code])."""
     p = plan.problem
     units = {u.node: u for u in p.units}
+    moved: dict[str, int] = {}
+    for r in plan.reshards:
+        moved[r.consumer] = moved.get(r.consumer, 0) + r.bytes
     choice = plan.solution.choice
     out = []
     for node in plan.graph.gm.graph.nodes:
@@ -278,7 +283,7 @@ def planned_ops(plan: Any) -> tuple[PlannedOp, ...]:
         moves = any(p.pls[p.out_id(choice, vid)] != want
                     for vid, want in zip(unit.inputs, opt.inputs))
         out.append(PlannedOp(op_key(node.target), shapes, tuple(opt.inputs),
-                             tuple(opt.outputs), node.name, moves))
+                             tuple(opt.outputs), node.name, moves, moved.get(node.name, 0)))
     return tuple(out)
 
 

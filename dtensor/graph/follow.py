@@ -65,19 +65,22 @@ Key = tuple[str, tuple[tuple[int, ...], ...]]
 class PlannedOp:
     """The plan's strategy for one aten call: ``op`` (``"aten.mm.default"``) on tensor
     arguments of global ``shapes``, each moved to its ``inputs`` placements, the results in
-    ``outputs``. ``node``: the graph node's name, for reading."""
+    ``outputs``. ``node``: the graph node's name, for reading; ``moves``: an argument is
+    moved first (the plan has a reshard here), ``bytes`` (all ranks) by the plan's count."""
 
     op: str
     shapes: tuple[tuple[int, ...], ...]
     inputs: tuple[Pl, ...]
     outputs: tuple[Pl, ...]
     node: str
-    moves: bool = False  # an argument is moved (the plan has a reshard here)
+    moves: bool = False
+    bytes: int = 0
 
     def __str__(self) -> str:
         ins = ", ".join(fmt_placements(p) for p in self.inputs)
         outs = " ".join(fmt_placements(p) for p in self.outputs)
-        return f"{self.node} = {self.op}({ins}) -> {outs}"
+        moved = f"  {self.bytes} B" if self.bytes else "  local" if self.moves else ""
+        return f"{self.node} = {self.op}({ins}) -> {outs}{moved}"
 
 
 @dataclass
