@@ -21,7 +21,8 @@ from dtensor.debug_comm import KINDS, CommDebugMode
 from dtensor.graph import (EagerPlan, EagerPlanError, GraphShardingError, ShardSpec,
                            capture_train_step, following, infer)
 from dtensor.tensor import DTensor
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
+                                          is_in_torch_dispatch_mode)
 from examples.models import llama
 
 R = Replicate()
@@ -80,6 +81,7 @@ def _step(model, loss_fn, x, y, plan, follow="step", apply_to=None):
         loss = loss.redistribute(mesh, [R] * len(MESH))
         loss.to_local().backward()
     assert _get_current_dispatch_mode() is None  # every push popped
+    assert not is_in_torch_dispatch_mode()  # process-wide flags untouched by rank threads
     mine = torch.tensor([sum(r.bytes_received[r.ranks.index(dist.get_rank())]
                              for r in t.records)])
     dist.all_reduce(mine)
@@ -230,7 +232,7 @@ def test_a_mode_left_open_inside_the_step_is_an_error(case):
         with following(m):
             mode.__enter__()
     mode.__exit__(None, None, None)
-    _get_current_dispatch_mode().__exit__(None, None, None)  # the follower, left open
+    _get_current_dispatch_mode().pop()  # the follower, left open
     assert _get_current_dispatch_mode() is None
 
 

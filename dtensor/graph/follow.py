@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
-                                           _push_mode)
+                                           _pop_mode, _push_mode)
 
 from dtensor.graph.errors import GraphShardingError
 from dtensor.placements import Placement, fmt_placements
@@ -154,15 +154,17 @@ class Follower(TorchDispatchMode):
                 self.report.not_run[op.op] += 1
 
     def push(self) -> None:
-        self.__enter__()
+        """Onto this thread's dispatch-mode stack. Not ``__enter__``: that also flips
+        process-wide flags (``is_in_torch_dispatch_mode``, which torch.compile reads), which
+        rank threads entering and leaving out of order would leave wrong."""
+        _push_mode(self)
 
     def push_for_node(self) -> None:
         """Listen for the rest of the backward node being evaluated: its call and the sums
         of its gradients into the next nodes' inputs, which the engine makes after the
         node's post-hooks. The engine restores the dispatch-mode stack it had before the
         node when the node's evaluation ends (Note [when the follower listens]), so this
-        push has no pop (and, undone by the engine, no ``__enter__`` bookkeeping either).
-        Inside ``following`` the follower is on the stack already."""
+        push has no pop. Inside ``following`` the follower is on the stack already."""
         if not self.in_step:
             _push_mode(self)
 
@@ -174,7 +176,7 @@ class Follower(TorchDispatchMode):
                 "the plan's follower is not the innermost dispatch mode where its scope "
                 f"ends (found {_get_current_dispatch_mode()!r}): close a mode opened inside "
                 "the step (or the module's forward) before the step ends")
-        self.__exit__(None, None, None)
+        _pop_mode()
 
     # -- one call ---------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
