@@ -67,6 +67,7 @@ from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, los
                               parallelize_module, replicate, state_bytes)
 from examples.models import llama
 from examples.train_report import WEIGHT_TOLERANCE
+from simpg.steprecorder import record_step
 
 # the dims of a --mesh of 2, 3 or 4 numbers
 MESH_DIM_NAMES = {2: ("dp", "tp"), 3: ("dp", "cp", "tp"), 4: ("rep", "shard", "cp", "tp")}
@@ -90,6 +91,8 @@ class RankResult:
     first_step: int = 0  # --resume: the step the checkpoint left off at (losses start there)
     # rank 0: every parameter gathered whole after the last step (checked against one device)
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    # simulated runs: the last step's kernels and collectives (simpg.steprecorder)
+    timeline: Any = None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -347,14 +350,19 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
     records: list[Any] = []
     start = time.perf_counter()
     state: dict[str, int] = {}
+    timeline = None
     micro = args.accumulate
     for step in _progress(range(first_step, args.steps), args):
         inputs, targets = batch(args, step, model.config.vocab_size)
         rows = slice(dp_rank * args.batch // dp_size, (dp_rank + 1) * args.batch // dp_size)
         inputs, targets = inputs[rows].to(device), targets[rows].to(device)
         total = torch.zeros((), device=device)
-        # simulated: the collectives this rank takes part in
-        with simpg.trace() if trace_steps else contextlib.nullcontext() as trace:
+        # simulated: the collectives this rank takes part in, and the last step's kernels
+        # for the exposed-communication model (Note [exposed communication] in simpg.overlap)
+        recorder = record_step() if trace_steps and step == args.steps - 1 \
+            else contextlib.nullcontext()
+        with simpg.trace() if trace_steps else contextlib.nullcontext() as trace, \
+                recorder as recording:
             for i, (x, y) in enumerate(zip(inputs.chunk(micro), targets.chunk(micro))):
                 if isinstance(model, FSDPModule):
                     model.set_requires_gradient_sync(i == micro - 1)
@@ -367,6 +375,8 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
             opt.zero_grad()
         if trace is not None:
             records.extend(trace.records)
+        if recording is not None:
+            timeline = recording.timeline()
         local_losses.append(total.reshape(1))
     seconds = time.perf_counter() - start
     if args.save:
@@ -385,7 +395,7 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
                    for name, p in model.named_parameters()}
     return RankResult(dist.get_rank(), mesh.get_coordinate() or [], losses.tolist(), params,
                       state, records, seconds, first_step,
-                      weights if dist.get_rank() == 0 else {})
+                      weights if dist.get_rank() == 0 else {}, timeline)
 
 
 def _micro_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
@@ -525,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"losses": results[0].losses, "reference": reference,
                        "weight_drift": drift,
-                       "ranks": [asdict(r) | {"records": len(r.records), "weights": len(r.weights)}
+                       "ranks": [asdict(r) | {"records": len(r.records), "weights": len(r.weights),
+                                                  "timeline": None}
                                  for r in results]},
                       f, indent=1, default=str)
     return 0 if ok else 1

@@ -151,11 +151,9 @@ def collective_summary(args: argparse.Namespace, records: Sequence[Any]) -> list
 
     names, shape = mesh_dims(args)
     world = math.prod(shape)
-    # tp and cp inside a node, the data-parallel dims across nodes
-    in_node = args.tp_size * getattr(args, "cp_size", 1)
     models = {"nvlink": simpg.CostModel.nvlink_node(max(8, world)),
               "infiniband": simpg.CostModel.infiniband_cluster(
-                  ranks_per_node=in_node if world > in_node else in_node * 2)}
+                  ranks_per_node=_ranks_per_node(args))}
     # dim -> rank -> totals
     per_rank: dict[str, dict[int, dict]] = {}
     for rec in records:
@@ -181,6 +179,14 @@ def collective_summary(args: argparse.Namespace, records: Sequence[Any]) -> list
     return out
 
 
+def _ranks_per_node(args: argparse.Namespace) -> int:
+    """tp and cp inside a node, the data-parallel dims across nodes (a world that fits one
+    node is given two)."""
+    in_node = args.tp_size * getattr(args, "cp_size", 1)
+    world = math.prod(mesh_dims(args)[1])
+    return in_node if world > in_node else in_node * 2
+
+
 def unique_records(results: Sequence[Any]) -> list[Any]:
     """Each rank traced the collectives it took part in: the union, once each, in order."""
     seen: dict[int, Any] = {}
@@ -204,6 +210,14 @@ def _collectives(args: argparse.Namespace, results: Sequence[Any]) -> None:
         ops = ", ".join(f"{k} x{v:g}" for k, v in sorted(row["ops"].items()))
         print(f"{row['dim']:<{width}} {row['count']:>6g} {row['bytes']:>12.0f}  "
               f"{row['nvlink_s'] * 1e6:>10.1f}us {row['infiniband_s'] * 1e6:>10.1f}us  {ops}")
+    timelines = [r.timeline for r in results if getattr(r, "timeline", None) is not None]
+    if len(timelines) == len(results):
+        from simpg.overlap import summary as modelled_step
+
+        print("\nthe last step on a modelled device (simpg.overlap, Note [exposed communication]): "
+              "compute and communication streams per rank, communication the compute does "
+              "not hide is exposed; the slowest rank")
+        print(modelled_step(timelines, ranks_per_node=_ranks_per_node(args)))
     if args.trace_file:
         model = simpg.CostModel.nvlink_node(max(8, math.prod(mesh_dims(args)[1])))
         from simpg.timeline import write_chrome_trace

@@ -202,3 +202,23 @@ def test_the_whole_stack_saves_and_resumes_bit_identically(tmp_path):
     train.run_simulated(train.parse_args(["--steps", "1", "--save", ck] + common))
     resumed = train.run_simulated(train.parse_args(["--steps", "2", "--resume", ck] + common))
     assert resumed[0].first_step == 1 and resumed[0].losses == straight[1:]
+
+
+def test_report_models_the_last_step_on_a_device(capsys):
+    """Simulated runs record the last step's kernels and collectives (simpg.steprecorder) and
+    print its modelled step with exposed communication per interconnect; exposed never
+    exceeds the serial communication time, and the compute is the same on both."""
+    import re
+
+    args, results, _ = _simulated(["--mesh", "2x2", "--steps", "2", "--seq", "8"])
+    assert all(r.timeline is not None and r.timeline.events for r in results)
+    from examples.train_report import report
+    report(args, results, results[0].losses, 1.0, simulated=True)
+    out = capsys.readouterr().out
+    lines = re.findall(r"h100 (\S+): step ([\d.]+) us: compute ([\d.]+) \+ exposed ([\d.]+) "
+                       r"\(comm ([\d.]+) serial", out)
+    assert [name for name, *_ in lines] == ["nvlink-node", "ib-cluster"], out
+    for _, step, compute, exposed, serial in lines:
+        assert float(exposed) <= float(serial) + 1e-6
+        assert float(step) == pytest.approx(float(compute) + float(exposed), abs=0.2)
+    assert lines[0][2] == lines[1][2]
