@@ -66,6 +66,10 @@ from dtensor.tensor import DTensor
 
 Pl = tuple[Placement, ...]
 _FOLLOWER = "_dtensor_graph_follower"  # the module attribute that holds its follower
+# graph nodes with no eager call to match: a hint is the identity in eager code, and the
+# graph's detaches are of tensors autograd saved (eager code saves them without a call);
+# the eager step's own detaches (a gradient hook's) would take their strategies instead
+_NOT_CALLED = (operator.getitem, HINT_OP, torch.ops.aten.detach.default)
 
 
 class EagerPlanError(GraphShardingError):
@@ -273,31 +277,43 @@ def planned_ops(plan: Any) -> tuple[PlannedOp, ...]:
     out = []
     for node in plan.graph.gm.graph.nodes:
         unit = units.get(node)
-        if (node.op != "call_function" or unit is None or node.target is operator.getitem
-                or node.target is HINT_OP or not hasattr(node.target, "_schema")):
-            continue  # a hint is the identity in eager code: no call to match
-        shapes = _arg_shapes(list(node.args) + list(node.kwargs.values()))
-        if shapes is None:
+        if (node.op != "call_function" or unit is None or node.target in _NOT_CALLED
+                or not hasattr(node.target, "_schema")):
+            continue
+        args = _arg_nodes(list(node.args) + list(node.kwargs.values()))
+        if args is None:
             continue
         opt = unit.options[choice[unit.id]]
         moves = any(p.pls[p.out_id(choice, vid)] != want
                     for vid, want in zip(unit.inputs, opt.inputs))
-        out.append(PlannedOp(op_key(node.target), shapes, tuple(opt.inputs),
-                             tuple(opt.outputs), node.name, moves, moved.get(node.name, 0)))
+        via = tuple(_hinted(a, units, choice) for a in args)
+        out.append(PlannedOp(op_key(node.target), tuple(tuple(a.meta["val"].shape) for a in args),
+                             tuple(opt.inputs), tuple(opt.outputs), node.name, moves,
+                             moved.get(node.name, 0), via if any(via) else ()))
     return tuple(out)
 
 
-def _arg_shapes(args: list[Any]) -> tuple[tuple[int, ...], ...] | None:
-    out: list[tuple[int, ...]] = []
+def _hinted(arg: fx.Node, units: dict, choice: list[int]) -> tuple[str, Pl] | None:
+    """(the hint, its placements) when ``arg`` is a ``shard_hint``'s value (Note [hints
+    when following])."""
+    unit = units.get(arg)
+    if arg.target is not HINT_OP or unit is None:
+        return None
+    return arg.name, tuple(unit.options[choice[unit.id]].inputs[0])
+
+
+def _arg_nodes(args: list[Any]) -> list[fx.Node] | None:
+    """The tensor-valued nodes among ``args``, flattened in order (as the options' inputs
+    are); None if an argument node is not a tensor."""
+    out: list[fx.Node] = []
 
     def walk(a: Any) -> bool:
         if isinstance(a, (list, tuple)):
             return all(walk(x) for x in a)
         if isinstance(a, fx.Node):
-            val = a.meta.get("val")
-            if not isinstance(val, torch.Tensor):
+            if not isinstance(a.meta.get("val"), torch.Tensor):
                 return False
-            out.append(tuple(val.shape))
+            out.append(a)
         return True
 
-    return tuple(out) if walk(args) else None
+    return out if walk(args) else None

@@ -13,8 +13,11 @@ placements if the dispatcher picked another strategy among those with nothing to
 Matching is by key, not by position: ``(op, global shapes of its tensor arguments)``, each
 key a queue of the graph's nodes in graph order, a call taking the first node left. The
 layers of a model repeat keys, and take their nodes in order; calls the graph does not have
-(a parameter's gradient hook, ``detach``) and nodes eager code does not run (the ``ones_like``
-that seeds ``autograd.grad``) are skipped, and counted in a :class:`FollowReport`. An in-place
+(a gradient hook's ``detach``) and nodes eager code does not run (the ``ones_like`` that
+seeds ``autograd.grad``) are skipped, and counted in a :class:`FollowReport`. The graph's
+``detach`` nodes are not planned calls at all: they are of tensors autograd saved, which
+eager code saves without a call, and a hook's ``detach`` of a gradient of the same shape
+would otherwise take their strategy (a round trip of the gradient, measured). An in-place
 call matches the out-of-place node that capture made of it (``add_`` -> ``add``); its
 mutated argument is not moved (a moved copy would take the write, not the caller's tensor).
 
@@ -40,6 +43,14 @@ scopes that nest:
   nodes' inputs (after the node's post-hooks), which the plan places too. The loss between
   forward and backward, and the loss's own backward nodes, run as propagation chooses; the
   planned calls they leave unmatched are counted as not run.
+
+Note [hints when following]
+``shard_hint`` is the identity in eager code: no call to match. In the plan it is a value
+of its own, moved once from its input to the hint's placements and read by its consumers
+(the forward's, and the backward's that saved it). So a planned call records, per input,
+the hint it reads (``PlannedOp.via``); the follower moves that input to the hint's
+placements once per step, keeps the moved tensor for the hint's other readers (the same
+source object), and moves on from there to the call's own placements.
 """
 
 from __future__ import annotations
@@ -75,6 +86,7 @@ class PlannedOp:
     node: str
     moves: bool = False
     bytes: int = 0
+    via: tuple[tuple[str, Pl] | None, ...] = ()  # per input: the shard_hint it reads, if any
 
     def __str__(self) -> str:
         ins = ", ".join(fmt_placements(p) for p in self.inputs)
@@ -133,6 +145,7 @@ class Follower(TorchDispatchMode):
         self.ops = tuple(ops)
         self.report = FollowReport()
         self._queues: dict[Key, deque[PlannedOp]] = {}
+        self._hints: dict[str, tuple[torch.Tensor, DTensor]] = {}  # hint -> (source, moved)
         self._closed = True
         self.in_step = False  # inside ``following``: pushed for the whole step
 
@@ -140,6 +153,7 @@ class Follower(TorchDispatchMode):
         """A new step: every planned call waits for its match again."""
         self.report = FollowReport()
         self._queues = {}
+        self._hints = {}
         for op in self.ops:
             self._queues.setdefault((op.op, op.shapes), deque()).append(op)
         self._closed = False
@@ -149,6 +163,7 @@ class Follower(TorchDispatchMode):
         if self._closed:
             return
         self._closed = True
+        self._hints = {}  # the moved hint values go with the step
         for queue in self._queues.values():
             for op in queue:
                 self.report.not_run[op.op] += 1
@@ -192,15 +207,19 @@ class Follower(TorchDispatchMode):
         planned = queue.popleft()
         self.report.matched += 1
         written = _written_args(func)
-        wanted = iter(planned.inputs)
+        wanted = iter(zip(planned.inputs, planned.via or [None] * len(planned.inputs)))
 
         def move(a: Any, position: int | None) -> Any:
             if isinstance(a, (list, tuple)):
                 return type(a)(move(x, None) for x in a)
             if not isinstance(a, torch.Tensor):
                 return a
-            want = next(wanted)
-            if not isinstance(a, DTensor) or tuple(a.placements) == want:
+            want, hint = next(wanted)
+            if not isinstance(a, DTensor):
+                return a
+            if hint is not None:
+                a = self._through_hint(a, *hint)
+            if tuple(a.placements) == want:
                 return a
             if position in written:
                 self.report.inplace_kept[planned.op] += 1
@@ -214,6 +233,18 @@ class Follower(TorchDispatchMode):
         if written:
             return out  # the result is the written argument itself
         return self._place_outputs(planned, out)
+
+    def _through_hint(self, a: DTensor, hint: str, placements: Pl) -> DTensor:
+        """``a`` as the value of ``hint`` (Note [hints when following])."""
+        held = self._hints.get(hint)
+        if held is not None and held[0] is a:
+            return held[1]
+        moved = a
+        if tuple(a.placements) != placements:
+            with torch.no_grad():
+                moved = a.redistribute(a.device_mesh, placements)
+        self._hints[hint] = (a, moved)
+        return moved
 
     def _place_outputs(self, planned: PlannedOp, out: Any) -> Any:
         outs = out if isinstance(out, (tuple, list)) else (out,)
