@@ -8,8 +8,9 @@ Partial(sum) (``_foreach_powsum`` of the pieces; an empty piece adds 0), the roo
 Note [foreach norms] in ``dtensor.ops.foreach``, whose rule would gather every tensor). So each
 rank computes its pieces' p-th powers, the tensors sharded over the same mesh dims are stacked
 into one vector and all-reduced together (one collective per group, one float per tensor),
-and every rank takes the roots: ``clip_grad_norm_(..., foreach=True)`` over sharded gradients
-moves one float per gradient instead of every gradient. A call with a Partial input, an empty
+and every rank takes the roots (one ``_foreach_pow``, not a kernel per tensor):
+``clip_grad_norm_(..., foreach=True)`` over sharded gradients moves one float per gradient
+instead of every gradient. A call with a Partial input, an empty
 tensor or no sharded tensor runs through the rule as usual.
 """
 
@@ -63,12 +64,10 @@ def _foreach_norm(func: Any, args: tuple, kwargs: dict) -> Any:
         summed = redistribute_local_tensor(stacked, mesh, src, replicated, (len(idx),))
         for j, i in enumerate(idx):
             powers[i] = summed[j]
-    out = []
-    for total in powers:
-        root = total.pow(1.0 / float(ord_))
-        spec = DTensorSpec(mesh, replicated, (), (), root.dtype)
-        out.append(DTensor(root, spec, requires_grad=False))
-    return out
+    # the roots in one op, not one pow per tensor: a kernel each on a device
+    roots = torch._foreach_pow(powers, 1.0 / float(ord_))
+    return [DTensor(root, DTensorSpec(mesh, replicated, (), (), root.dtype), requires_grad=False)
+            for root in roots]
 
 
 register_decomposition(aten._foreach_norm.Scalar, _foreach_norm)

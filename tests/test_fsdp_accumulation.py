@@ -48,7 +48,8 @@ def _accumulate(mesh_shape: tuple[int, int], mode: str, recurse: bool = True) ->
         loss = model(micro).pow(2).mean() / MICRO
         with simpg.trace() as t:
             loss.backward()
-        ops_per_backward.append([r.op for r in t.records if r.op != "all_gather"])
+        kinds = [r.op.removesuffix("_into_tensor").removesuffix("_tensor") for r in t.records]
+        ops_per_backward.append([k for k in kinds if k != "all_gather"])
         grads_seen.append(sum(p.grad is not None for p in model.parameters()))
     full = {n: p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
             for n, p in model.named_parameters()}

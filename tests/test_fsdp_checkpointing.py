@@ -127,7 +127,7 @@ def test_recomputation_gathers_nothing_more():
         fully_shard(model, mesh)  # holds no parameters of its own: no collective
         with simpg.trace() as t:
             model(BATCHES[0]).sum().backward()
-        return [r.op for r in t.records]
+        return [r.op.removesuffix("_into_tensor").removesuffix("_tensor") for r in t.records]
 
     plain, checkpointed = simpg.run(body, 2, False)[0], simpg.run(body, 2, True)[0]
     assert checkpointed == plain == ["all_gather"] * 4 + ["reduce_scatter"] * 2

@@ -81,9 +81,9 @@ def _run(setup) -> list[str]:
             model(torch.randn(3, 8)).sum().backward()
         me = dist.get_rank()
         for r in t.records:
-            kind = "AG" if r.op == "all_gather" else "RS"
-            marks.append((r.start_s[r.ranks.index(me)],
-                          f"{kind}{_layer_of(r.shapes[0][0][0])}"))
+            kind = "AG" if r.op == "all_gather_into_tensor" else "RS"
+            numel = r.shapes[0][0][0] // (len(r.ranks) if kind == "RS" else 1)  # one buffer
+            marks.append((r.start_s[r.ranks.index(me)], f"{kind}{_layer_of(numel)}"))
         return [name for _, name in sorted(marks)]
 
     logs = simpg.run(body, 2)

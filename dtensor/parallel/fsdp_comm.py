@@ -45,6 +45,24 @@ class Pieces:
     gathered_shape: tuple[int, ...]
     shapes: tuple[tuple[int, ...], ...]  # per dp rank: its stored piece's shape
     slices: tuple[tuple[slice, ...], ...]  # per dp rank: where that piece goes
+    dim: int  # the dim dp cuts (Note [copy-out in one kernel])
+
+    @property
+    def even(self) -> bool:
+        """Equal pieces, rank j's at block j along ``dim``: the gathered piece is the (n, k)
+        buffer of an all-gather, up to a permutation of dims (Note [copy-out in one kernel])."""
+        n, d = len(self.shapes), self.dim
+        if any(s != self.shapes[0] for s in self.shapes):
+            return False
+        k = self.shapes[0][d]
+        return n * k == self.gathered_shape[d] and all(
+            sl[d] == slice(j * k, (j + 1) * k) for j, sl in enumerate(self.slices))
+
+    @property
+    def dense(self) -> bool:
+        """Rank j's piece is block j of the gathered piece's memory (dims before ``dim`` are
+        1): the gathered piece viewed as (n, k) is the all-gather's buffer."""
+        return self.even and _numel(self.gathered_shape[:self.dim]) == 1
 
 
 def pieces_of(m: _Managed) -> Pieces | None:
@@ -65,7 +83,8 @@ def pieces_of(m: _Managed) -> Pieces | None:
             return None
         shapes.append(box_shape(box))
         slices.append(tuple(slice(b0 - o0, b1 - o0) for (b0, b1), (o0, _) in zip(box, outer)))
-    return Pieces(box_shape(outer), tuple(shapes), tuple(slices))
+    dim = spec.placements[m.dp_dim].dim  # type: ignore[union-attr]
+    return Pieces(box_shape(outer), tuple(shapes), tuple(slices), dim)
 
 
 def is_sharded_over_dp(m: _Managed) -> bool:
@@ -86,11 +105,12 @@ def _groups(ms: Sequence[_Managed], dtypes: Sequence[torch.dtype],
     return list(out.values())
 
 
-def gather_all(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+def gather_all(ms: Sequence[_Managed], dtype: torch.dtype | None = None,
+               into: Sequence[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
     """Each parameter's gathered piece (Replicate over dp), cast to ``dtype`` first (Note
     [mixed precision in fully_shard]), one all-gather per group. A parameter replicated over
-    dp is its stored piece itself when no cast is needed."""
-    return issue_gather(ms, dtype).wait()
+    dp is its stored piece itself when no cast is needed. ``into``: as ``PendingGather.wait``."""
+    return issue_gather(ms, dtype).wait(into)
 
 
 class PendingGather:
@@ -100,21 +120,23 @@ class PendingGather:
     (``to_empty``, ``load_state_dict``) or stepped in place (an optimizer)."""
 
     def __init__(self, ms: Sequence[_Managed], dtype: torch.dtype | None,
-                 finish: Callable[[], list[torch.Tensor]]) -> None:
+                 finish: Callable[..., list[torch.Tensor]]) -> None:
         self.ms = list(ms)
         self.dtype = dtype
         self._sources = [_version_of(m) for m in ms]
-        self._finish: Callable[[], list[torch.Tensor]] | None = finish
+        self._finish: Callable[..., list[torch.Tensor]] | None = finish
 
     def is_current(self, ms: Sequence[_Managed], dtype: torch.dtype | None) -> bool:
         return (dtype == self.dtype and len(ms) == len(self.ms)
                 and all(a is b for a, b in zip(ms, self.ms))
                 and all(_version_of(m) == v for m, v in zip(ms, self._sources)))
 
-    def wait(self) -> list[torch.Tensor]:
+    def wait(self, into: Sequence[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
+        """The gathered pieces; a parameter with pieces is written into ``into[i]`` (a
+        contiguous tensor of its gathered shape and dtype) where that is given."""
         if self._finish is None:
             raise RuntimeError("PendingGather.wait() called twice")
-        out, self._finish = self._finish(), None
+        out, self._finish = self._finish(into), None
         return out
 
 
@@ -127,43 +149,96 @@ def _version_of(m: _Managed) -> tuple:
 
 def issue_gather(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> PendingGather:
     """``gather_all`` split at the collective: the all-gathers are issued now (async_op=True,
-    so a real backend runs them while the caller computes), assembled on ``wait()``."""
+    so a real backend runs them while the caller computes), assembled on ``wait()``, into
+    the tensors ``wait(into)`` names where it names one (Note [copy-out in one kernel])."""
     out: list[torch.Tensor | None] = [None] * len(ms)
-    stored = [m.param._local_tensor if dtype is None else m.param._local_tensor.to(dtype)
-              for m in ms]
     for i, m in enumerate(ms):
+        if m.pieces is not None:
+            continue
+        stored = m.param._local_tensor if dtype is None else m.param._local_tensor.to(dtype)
         if not is_sharded_over_dp(m):
-            out[i] = stored[i]
-        elif m.pieces is None:  # pieces that do not tile: on its own, at once
+            out[i] = stored
+        else:  # pieces that do not tile: on its own, at once
             spec = m.param._spec
-            out[i] = redistribute_local_tensor(stored[i], m.mesh, spec.placements,
+            out[i] = redistribute_local_tensor(stored, m.mesh, spec.placements,
                                                compute_placements(m), spec.shape)
     with_pieces = [i for i, m in enumerate(ms) if m.pieces is not None]
+    dtypes = [dtype or m.param.dtype for m in ms]
     issued = []
-    for idx in _groups(ms, [t.dtype for t in stored], with_pieces):
+    for idx in _groups(ms, dtypes, with_pieces):
+        idx.sort(key=lambda i: not ms[i].pieces.dense)  # type: ignore[union-attr]
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
-        mine = torch.cat([stored[i].reshape(-1) for i in idx])
-        sizes = [(sum(_numel(ms[i].pieces.shapes[j]) for i in idx),) for j in range(n)]
-        handle = comm.all_gather(mine, sizes, first.mesh.get_group(first.dp_dim),
-                                 async_op=True)
-        issued.append((idx, n, mine, handle))
+        group = first.mesh.get_group(first.dp_dim)
+        sizes = [sum(_numel(ms[i].pieces.shapes[j]) for i in idx) for j in range(n)]
+        # copy-in and cast in one op: this rank's pieces packed into one buffer
+        locals_ = [ms[i].param._local_tensor.reshape(-1) for i in idx]
+        mine = locals_[0].new_empty(sum(t.numel() for t in locals_), dtype=dtypes[idx[0]])
+        torch.cat(locals_, out=mine)
+        even = all(ms[i].pieces.even for i in idx)  # type: ignore[union-attr]
+        if even:  # one buffer: the copy-out is one split (Note [copy-out in one kernel])
+            handle = comm.all_gather_cat(mine, [(sizes[0],)] * n, 0, group, async_op=True)
+        else:
+            handle = comm.all_gather(mine, [(k,) for k in sizes], group, async_op=True)
+        issued.append((idx, n, even, mine, handle))
 
-    def finish() -> list[torch.Tensor]:
-        for idx, n, mine, handle in issued:
-            flats = handle.wait()
-            offsets = [0] * n
-            for i in idx:
-                p = ms[i].pieces
-                full = mine.new_empty(p.gathered_shape)
-                for j in range(n):
-                    k = _numel(p.shapes[j])
-                    full[p.slices[j]] = flats[j][offsets[j]:offsets[j] + k].view(p.shapes[j])
-                    offsets[j] += k
+    def finish(into: Sequence[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
+        for idx, n, even, mine, handle in issued:
+            fulls = [(into[i] if into is not None and into[i] is not None
+                      else mine.new_empty(ms[i].pieces.gathered_shape)) for i in idx]
+            pieces = [ms[i].pieces for i in idx]
+            if even:
+                _copy_out_even(handle.wait().view(n, -1), pieces, fulls)  # type: ignore
+            else:
+                _copy_out_uneven(handle.wait(), pieces, fulls)  # type: ignore[arg-type]
+            for i, full in zip(idx, fulls):
                 out[i] = full
         return out  # type: ignore[return-value]
 
     return PendingGather(ms, dtype, finish)
+
+
+# Note [copy-out in one kernel]
+# A module's all-gather brings each dp rank's packed pieces; every gathered parameter is put
+# together from n of them. A copy per piece is n kernels per parameter and gather (n x
+# parameters per module), each a launch on a device and a dispatch on the CPU. When every
+# parameter's pieces are equal chunks in rank order (``Pieces.even``: a size dp divides, the
+# common case) the all-gather fills one (n, S) buffer, row j rank j's packed pieces, and a
+# parameter whose dims before the cut dim are 1 (``Pieces.dense``: dp cuts dim 0) is, viewed
+# as (n, k), the buffer's columns of its pieces: one ``split_with_sizes_copy`` writes all such
+# parameters (torch's FSDP2 copy-out). A parameter cut along a later dim (a column-wise
+# weight under tp: dp cuts dim 1, Note [fully_shard layout]) is one ``cat`` of its n pieces
+# along that dim. Uneven pieces keep the list all-gather (padding would move more bytes) and
+# one ``_foreach_copy_`` of every piece. The copy-in is one ``cat`` into the packed buffer,
+# cast on the way (Note [mixed precision in fully_shard]); a regather writes into the freed
+# storage itself (``wait(into)``), not into a new tensor copied there.
+
+def _copy_out_even(rows: torch.Tensor, pieces: Sequence[Pieces],
+                   fulls: Sequence[torch.Tensor]) -> None:
+    n = rows.shape[0]
+    widths = [_numel(p.shapes[0]) for p in pieces]
+    starts = [sum(widths[:a]) for a in range(len(widths))]
+    dense = sum(p.dense for p in pieces)  # packed first (issue_gather)
+    if dense:
+        torch.split_with_sizes_copy(rows[:, :sum(widths[:dense])], widths[:dense], dim=1,
+                                    out=[f.view(n, w) for f, w in zip(fulls[:dense], widths)])
+    for a in range(dense, len(pieces)):
+        cols = rows[:, starts[a]:starts[a] + widths[a]]
+        p = pieces[a]
+        torch.cat([cols[j].view(p.shapes[0]) for j in range(n)], dim=p.dim, out=fulls[a])
+
+
+def _copy_out_uneven(flats: Sequence[torch.Tensor], pieces: Sequence[Pieces],
+                     fulls: Sequence[torch.Tensor]) -> None:
+    dsts, srcs = [], []
+    for j, flat in enumerate(flats):
+        offset = 0
+        for p, full in zip(pieces, fulls):
+            k = _numel(p.shapes[j])
+            dsts.append(full[p.slices[j]])
+            srcs.append(flat[offset:offset + k].view(p.shapes[j]))
+            offset += k
+    torch._foreach_copy_(dsts, srcs)
 
 
 def grad_pieces(ms: Sequence[_Managed], grads: Sequence[torch.Tensor | None],
@@ -237,10 +312,18 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
     for idx in _groups(ms, dtypes, [i for i in has if ms[i].pieces is not None]):
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
-        inputs = [torch.cat([ready[i][ms[i].pieces.slices[j]].reshape(-1)  # type: ignore
-                             for i in idx]) for j in range(n)]
-        handle = comm.reduce_scatter(inputs, first.mesh.get_group(first.dp_dim), "avg",
-                                     async_op=True)
+        group = first.mesh.get_group(first.dp_dim)
+        if all(ms[i].pieces.even for i in idx):  # type: ignore[union-attr]
+            # one (n, S) buffer, row j dp rank j's pieces, built by one cat (Note [copy-out
+            # in one kernel], mirrored): one reduce-scatter of one buffer, the same bytes
+            rows = torch.cat([_as_rows(ready[i], ms[i].pieces, n)  # type: ignore[arg-type]
+                              for i in idx], dim=1)
+            handle = comm.reduce_scatter_cat(rows.view(-1), [rows.shape[1]] * n, 0, group,
+                                             "avg", async_op=True)
+        else:
+            inputs = [torch.cat([ready[i][ms[i].pieces.slices[j]].reshape(-1)  # type: ignore
+                                 for i in idx]) for j in range(n)]
+            handle = comm.reduce_scatter(inputs, group, "avg", async_op=True)
         me = first.mesh.get_local_rank(first.dp_dim)
         issued.append((handle, first, idx, [ms[i].pieces.shapes[me] for i in idx]))
     for idx in _groups(ms, dtypes, [i for i in has if not is_sharded_over_dp(ms[i])]):
@@ -252,7 +335,11 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
 
     def finish() -> list[torch.Tensor | None]:
         for handle, first, idx, shapes in issued:
-            _unpack(_across_replicas(handle.wait(), first), idx, shapes, out)
+            flat = _across_replicas(handle.wait(), first)
+            stored = {ms[i].param.dtype for i in idx}
+            if len(stored) == 1 and not any(i in pending for i in idx):
+                flat = flat.to(stored.pop())  # one cast per group, not one per parameter
+            _unpack(flat, idx, shapes, out)
         for i, src in pending.items():
             spec = ms[i].param._spec
             out[i] = redistribute_local_tensor(out[i], ms[i].mesh, src, spec.placements,
@@ -260,6 +347,14 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
         return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
 
     return finish
+
+
+def _as_rows(grad: torch.Tensor, p: Pieces, n: int) -> torch.Tensor:
+    """``grad`` (the gathered shape, ``p.even``) as (n, k): row j the piece dp rank j keeps; a
+    view when ``p.dense``, else one copy."""
+    if p.dense:
+        return grad.reshape(n, -1)
+    return grad.unflatten(p.dim, (n, p.shapes[0][p.dim])).movedim(p.dim, 0).reshape(n, -1)
 
 
 def _across_replicas(flat: torch.Tensor, m: _Managed) -> torch.Tensor:

@@ -205,24 +205,37 @@ def _freed(state: _State) -> list[_Managed]:
 
 def _regather(state: _State) -> None:
     """Gather the freed parameters again, into the same storage (Note [free after forward]),
-    from the regather a prefetch issued if there is one (Note [prefetch])."""
+    from the regather a prefetch issued if there is one (Note [prefetch]); the copy-out
+    writes there directly (Note [copy-out in one kernel] in fsdp_comm)."""
     pending, state.regathering = state.regathering, None
     freed = _freed(state)
+    aliases = [_refilled(m) for m in freed]
+    into = [a if m.pieces is not None else None for m, a in zip(freed, aliases)]
+    dtype = state.mp.param_dtype
     with torch.no_grad():
-        fresh = None if pending is None else pending.wait()  # always waited, even if unused
-        if pending is None or not pending.is_current(freed, state.mp.param_dtype):
-            fresh = gather_all(freed, state.mp.param_dtype) if freed else []
-    for m, new in zip(freed, fresh):
-        g = m.gathered
-        assert g is not None
-        storage = g.untyped_storage()
-        storage.resize_(new.untyped_storage().nbytes())
-        # write through an alias with its own version counter: autograd's saved views of the
-        # gathered parameter must not look modified in place (they hold the same values again)
-        alias = torch.empty(0, dtype=g.dtype, device=g.device)
-        alias.set_(storage, g.storage_offset(), g.shape, g.stride())
-        with torch.no_grad():
-            alias.copy_(new)
+        if pending is not None and pending.is_current(freed, dtype):
+            fresh = pending.wait(into)
+        else:
+            if pending is not None:
+                pending.wait()  # always waited, even if unused
+            fresh = gather_all(freed, dtype, into) if freed else []
+        for alias, new in zip(aliases, fresh):
+            if new is not alias:
+                alias.copy_(new)
+
+
+def _refilled(m: _Managed) -> torch.Tensor:
+    """The freed gathered piece of ``m`` with its storage back, as an alias with its own
+    version counter: autograd's saved views of the gathered parameter must not look modified
+    in place when it is written (they hold the same values again)."""
+    g = m.gathered
+    assert g is not None
+    storage = g.untyped_storage()
+    last = g.storage_offset() + sum((n - 1) * st for n, st in zip(g.shape, g.stride()))
+    storage.resize_((last + 1) * g.element_size() if g.numel() else 0)
+    alias = torch.empty(0, dtype=g.dtype, device=g.device)
+    alias.set_(storage, g.storage_offset(), g.shape, g.stride())
+    return alias
 
 
 def _restore_stored(state: _State) -> None:
