@@ -215,8 +215,8 @@ class Follower(TorchDispatchMode):
             if not isinstance(a, torch.Tensor):
                 return a
             want, hint = next(wanted)
-            if not isinstance(a, DTensor):
-                return a
+            if not isinstance(a, DTensor) or a.device_mesh.ndim != len(want):
+                return a  # a plain tensor, or a DTensor on another mesh: not the plan's
             if hint is not None:
                 a = self._through_hint(a, *hint)
             if tuple(a.placements) == want:
