@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils import flop_counter
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
+                                           _pop_mode, _push_mode)
 from torch.utils._pytree import tree_leaves
 
 from simpg.overlap import Compute, Event, Issue, RankTimeline, Use, Wait
@@ -230,12 +231,19 @@ class StepRecorder:
         self._rank = world.current_rank()
         self._trace.__enter__()
         self._token = comm_observer.set(self)
-        self._mode.__enter__()
+        # the thread's own mode stack, not TorchDispatchMode.__enter__: that also sets
+        # process-wide flags (is_in_torch_dispatch_mode, read by torch.compile), which rank
+        # threads entering and leaving out of order would leave set
+        _push_mode(self._mode)
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._mode.__exit__(exc_type, exc, tb)
+        if _get_current_dispatch_mode() is not self._mode:
+            raise RuntimeError("record_step(): a dispatch mode opened inside the block is still "
+                               f"open where it ends ({_get_current_dispatch_mode()!r}); close "
+                               "it inside the block")
+        _pop_mode()
         comm_observer.reset(self._token)
         self._trace.__exit__(exc_type, exc, tb)
         if exc_type is None:

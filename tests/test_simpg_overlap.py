@@ -307,3 +307,27 @@ def test_recorded_sync_collective_models_as_fully_exposed():
     (record,) = tls[0].records
     assert step.exposed_s == pytest.approx(net.estimate(record))
     assert step.overlap == 0.0
+
+
+def test_recording_ranks_leave_no_process_wide_dispatch_flag():
+    """Ranks enter and leave record_step() in the same order (the first to enter leaves
+    first): TorchDispatchMode.__enter__'s process-wide flags, each restored by its own exit,
+    would be left set by the last to leave; the recorder uses the thread's mode stack only."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    def body():
+        world, me = dist.get_world_size(), dist.get_rank()
+        recorder = record_step()
+        for r in range(world):  # enter in rank order
+            if r == me:
+                recorder.__enter__()
+                torch.ones(2).sum()
+            dist.barrier()
+        for r in range(world):  # leave in the same order
+            if r == me:
+                recorder.__exit__(None, None, None)
+            dist.barrier()
+        return recorder.timeline() is not None
+
+    assert all(simpg.run(body, 4))
+    assert not is_in_torch_dispatch_mode()
