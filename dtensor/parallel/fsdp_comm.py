@@ -277,23 +277,28 @@ def reduce_scatter_all(ms: Sequence[_Managed],
     return issue_reduce_scatter(ms, grads)()
 
 
-def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | None]
+def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | None],
+                         dtype: torch.dtype | None = None
                          ) -> Callable[[], list[torch.Tensor | None]]:
     """``reduce_scatter_all`` split at the collective: the reduce-scatters and all-reduces
     over dp are issued now (async_op=True); calling the result waits for them and finishes
     (the all-reduce across replicas, the tp step of gradients still Partial over tp, the
-    cast to the stored dtype)."""
+    cast to the stored dtype). ``dtype``: what to reduce in (the gradients are cast on the
+    way into the packed buffer, one op per group)."""
     out: list[torch.Tensor | None] = [None] * len(ms)
     ready: list[torch.Tensor | None] = [None] * len(ms)
     pending: dict[int, tuple[Placement, ...]] = {}  # still Partial over tp after the dp step
+    targets = [torch.float32] * len(ms)  # the dtype each gradient is reduced in
     for i, (m, piece) in enumerate(zip(ms, grads)):
         if piece is None:
             continue
         local, tp = piece
         spec = m.param._spec
+        targets[i] = dtype or local.dtype
         if is_sharded_over_dp(m) and m.pieces is None:
             src = tuple(Partial("avg") if k in m.dp_dims else p for k, p in enumerate(tp))
-            out[i] = redistribute_local_tensor(local, m.mesh, src, spec.placements, spec.shape)
+            out[i] = redistribute_local_tensor(local.to(targets[i]), m.mesh, src,
+                                               spec.placements, spec.shape)
             continue
         if tp != compute_placements(m):
             # a Partial over tp (a replicated weight used on sequence shards) commutes with
@@ -303,32 +308,36 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
                 pending[i] = tuple(spec.placements[k] if k in m.dp_dims else p
                                    for k, p in enumerate(tp))
             else:
-                local = redistribute_local_tensor(local, m.mesh, tp, compute_placements(m),
-                                                  spec.shape)
+                local = redistribute_local_tensor(local.to(targets[i]), m.mesh, tp,
+                                                  compute_placements(m), spec.shape)
         ready[i] = local
-    dtypes = [t.dtype if t is not None else torch.float32 for t in ready]
     has = [i for i, t in enumerate(ready) if t is not None]
     issued = []  # (handle, the group's first parameter, its indices, their shapes)
-    for idx in _groups(ms, dtypes, [i for i in has if ms[i].pieces is not None]):
+    for idx in _groups(ms, targets, [i for i in has if ms[i].pieces is not None]):
         first = ms[idx[0]]
         n = first.mesh.shape[first.dp_dim]
         group = first.mesh.get_group(first.dp_dim)
         if all(ms[i].pieces.even for i in idx):  # type: ignore[union-attr]
             # one (n, S) buffer, row j dp rank j's pieces, built by one cat (Note [copy-out
             # in one kernel], mirrored): one reduce-scatter of one buffer, the same bytes
-            rows = torch.cat([_as_rows(ready[i], ms[i].pieces, n)  # type: ignore[arg-type]
-                              for i in idx], dim=1)
+            rows = _cat([_as_rows(ready[i], ms[i].pieces, n)  # type: ignore[arg-type]
+                         for i in idx], 1, targets[idx[0]])
             handle = comm.reduce_scatter_cat(rows.view(-1), [rows.shape[1]] * n, 0, group,
                                              "avg", async_op=True)
         else:
-            inputs = [torch.cat([ready[i][ms[i].pieces.slices[j]].reshape(-1)  # type: ignore
-                                 for i in idx]) for j in range(n)]
+            # uneven: the list form (padding would move more bytes), its n inputs cut from
+            # one buffer packed by one cat
+            cuts = [ready[i][ms[i].pieces.slices[j]].reshape(-1)  # type: ignore[index]
+                    for j in range(n) for i in idx]
+            sizes = [sum(c.numel() for c in cuts[j * len(idx):(j + 1) * len(idx)])
+                     for j in range(n)]
+            inputs = list(_cat(cuts, 0, targets[idx[0]]).split(sizes))
             handle = comm.reduce_scatter(inputs, group, "avg", async_op=True)
         me = first.mesh.get_local_rank(first.dp_dim)
         issued.append((handle, first, idx, [ms[i].pieces.shapes[me] for i in idx]))
-    for idx in _groups(ms, dtypes, [i for i in has if not is_sharded_over_dp(ms[i])]):
+    for idx in _groups(ms, targets, [i for i in has if not is_sharded_over_dp(ms[i])]):
         first = ms[idx[0]]
-        flat = torch.cat([ready[i].reshape(-1) for i in idx])  # type: ignore[union-attr]
+        flat = _cat([ready[i].reshape(-1) for i in idx], 0, targets[idx[0]])  # type: ignore
         handle = comm.all_reduce(flat, first.mesh.get_group(first.dp_dim), "avg",
                                  async_op=True)
         issued.append((handle, first, idx, [ready[i].shape for i in idx]))
@@ -347,6 +356,15 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
         return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
 
     return finish
+
+
+def _cat(tensors: Sequence[torch.Tensor], dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.cat`` cast to ``dtype`` in the same op (Note [mixed precision in fully_shard])."""
+    if all(t.dtype == dtype for t in tensors):
+        return torch.cat(tensors, dim)
+    shape = list(tensors[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    return torch.cat(tensors, dim, out=tensors[0].new_empty(shape, dtype=dtype))
 
 
 def _as_rows(grad: torch.Tensor, p: Pieces, n: int) -> torch.Tensor:

@@ -129,7 +129,10 @@ class _GatherModule(torch.autograd.Function):
         state: _State = ctx.state
         out = (None, None)  # Note [reduce-scatter in flight]: gradients set by _settle
         with torch.no_grad():
-            pieces = grad_pieces(state.params, grads, state.mp.reduce_dtype)
+            # cast to reduce_dtype while packing (one op), unless added to accumulated ones
+            defer = state.requires_gradient_sync and all(m.accumulated is None
+                                                         for m in state.params)
+            pieces = grad_pieces(state.params, grads, None if defer else state.mp.reduce_dtype)
             if not state.requires_gradient_sync:  # Note [gradient accumulation]
                 for m, piece in zip(state.params, pieces):
                     m.accumulated = add_grad_pieces(m, m.accumulated, piece)
@@ -138,7 +141,7 @@ class _GatherModule(torch.autograd.Function):
                           for m, piece in zip(state.params, pieces)]
                 for m in state.params:
                     m.accumulated = None
-                finish = issue_reduce_scatter(state.params, pieces)
+                finish = issue_reduce_scatter(state.params, pieces, state.mp.reduce_dtype)
                 run = state.run if state.run is not None else Run()
                 _settle(run)  # the previous module's: one in flight at a time
                 run.reducing = (state, finish)
