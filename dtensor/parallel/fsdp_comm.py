@@ -6,7 +6,8 @@ not bytes, then dominates a small model (torch's FSDP2 gathers one flat buffer p
 for this reason). Here every rank packs the stored pieces of all the module's parameters
 into one flat buffer, one all-gather over dp moves them (pieces may be uneven: each dp rank's
 size comes from the layout), and each parameter's gathered piece is assembled from the dp
-ranks' pieces at the boxes the layout gives. The reduce-scatter is the mirror image: each
+ranks' pieces at the boxes the layout gives, a few ops per module (Note [copy-out in one
+kernel]). The reduce-scatter is the mirror image: each
 parameter's gradient is cut at the same boxes, the cuts for dp rank j of every parameter are
 packed into piece j, and one reduce-scatter (average) hands every rank its packed pieces.
 Parameters replicated over dp (``replicate``, scalars) need no gather; their gradients share

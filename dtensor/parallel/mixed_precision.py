@@ -7,9 +7,12 @@ model was built in. Each gather casts this rank's piece to ``param_dtype`` befor
 all-gather (half the bytes for bf16), so the forward and backward compute in ``param_dtype``
 and the gradients arrive in it. Before the reduce-scatter they are cast to ``reduce_dtype``
 (``param_dtype`` when unset), and the reduced piece is cast back to the stored dtype, where
-``param.grad`` accumulates and the optimizer reads it. ``cast_forward_inputs`` casts a
-fully sharded module's floating-point inputs to ``param_dtype``; ``output_dtype`` casts its
-floating-point outputs.
+``param.grad`` accumulates and the optimizer reads it. Each cast is part of an op that runs
+anyway, once per module, not one per parameter (Note [copy-out in one kernel] in
+``fsdp_comm``): the cat packing the pieces into the all-gather or reduce-scatter buffer
+writes the new dtype, and the reduced buffer is cast whole before it is cut into gradients.
+``cast_forward_inputs`` casts a fully sharded module's floating-point inputs to
+``param_dtype``; ``output_dtype`` casts its floating-point outputs.
 """
 
 from __future__ import annotations
