@@ -212,7 +212,11 @@ def issue_gather(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> Pe
 # along that dim. Uneven pieces keep the list all-gather (padding would move more bytes) and
 # one ``_foreach_copy_`` of every piece. The copy-in is one ``cat`` into the packed buffer,
 # cast on the way (Note [mixed precision in fully_shard]); a regather writes into the freed
-# storage itself (``wait(into)``), not into a new tensor copied there.
+# storage itself (``wait(into)``), not into a new tensor copied there. The reduce-scatter is
+# the mirror image: one ``cat`` of the gradients viewed as (n, k) (one copy more for a later
+# cut dim) packs its input, cast to reduce_dtype, and its output is cut into views. The
+# one-buffer collectives (all_gather_into_tensor, reduce_scatter_tensor) move the same bytes
+# as the list forms; on NCCL the list forms would copy through a flat buffer themselves.
 
 def _copy_out_even(rows: torch.Tensor, pieces: Sequence[Pieces],
                    fulls: Sequence[torch.Tensor]) -> None:
