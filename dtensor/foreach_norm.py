@@ -103,20 +103,27 @@ def _adjacent(flags: list[bool]) -> bool:
 
 
 def _sum_per_dim(values: torch.Tensor, mesh: Any, splits: list[tuple[int, ...]]
-                 ) -> torch.Tensor:
+                 ) -> list[torch.Tensor]:
     """``values[k]`` summed over the mesh dims ``splits[k]``, one all-reduce per mesh dim of
-    the run of entries sharded over it (adjacent: ``_per_dim_order``)."""
+    the run of entries sharded over it (adjacent: ``_per_dim_order``); 0-d views."""
+    # each entry as (the 1-d tensor it is in, its position there): a run within one tensor
+    # is a slice of it, no op
+    place: list[tuple[torch.Tensor, int]] = [(values, k) for k in range(len(splits))]
     for m in range(mesh.ndim):
-        at = [k for k, split in enumerate(splits) if m in split]
-        if not at:
+        run = [k for k, split in enumerate(splits) if m in split]
+        if not run:
             continue
-        a, b = at[0], at[-1] + 1
+        a, b = run[0], run[-1] + 1
+        base, first = place[a]
+        if all(place[k][0] is base and place[k][1] == first + k - a for k in range(a, b)):
+            piece = base[first:first + b - a]
+        else:
+            piece = torch.stack([t[k] for t, k in place[a:b]])
         # an all-reduce itself: the planner would, for so few bytes, reduce-scatter over m and
         # all-gather over the whole mesh (fewer bytes, a ring of every rank)
-        summed = comm.all_reduce(values[a:b], mesh.get_group(m), "sum")
-        parts = [p for p in (values[:a], summed, values[b:]) if p.numel()]
-        values = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return values
+        summed = comm.all_reduce(piece, mesh.get_group(m), "sum")
+        place[a:b] = [(summed, k) for k in range(b - a)]
+    return [t[k] for t, k in place]
 
 
 register_decomposition(aten._foreach_norm.Scalar, _foreach_norm)
