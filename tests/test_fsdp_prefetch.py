@@ -63,7 +63,7 @@ def _layer_of(numel_per_rank: int) -> int:
     return sizes.index(numel_per_rank)
 
 
-def _run(setup) -> list[str]:
+def _run(setup, warm_up: bool = False) -> list[str]:
     """Rank 0's collectives ("AG2": layer 2's all-gather issued) and compute ("f2": layer 2's
     forward computes, "b2": its backward computes), in the order this rank did them. A
     record's ``start_s`` is when each rank issued it (records are kept in completion order,
@@ -72,6 +72,8 @@ def _run(setup) -> list[str]:
     def body() -> list[tuple[float, str]]:
         model = _model(init_device_mesh("cpu", (2,)))
         setup(model)
+        if warm_up:  # a first step, untraced: the forward order it records drives prefetch
+            model(torch.randn(3, 8)).sum().backward()
         marks: list[tuple[float, str]] = []
         for i, layer in enumerate(model):  # registered after fully_shard's: after its gathers
             layer.register_forward_pre_hook(
@@ -91,12 +93,14 @@ def _run(setup) -> list[str]:
     return logs[0]
 
 
-def test_without_prefetch_each_gather_comes_just_before_its_compute():
+@pytest.mark.parametrize("warm_up", [False, True], ids=["first step", "second step"])
+def test_without_prefetch_each_gather_comes_just_before_its_compute(warm_up):
     def no_prefetch(model: nn.Sequential) -> None:
-        for layer in model:
-            layer.set_modules_to_backward_prefetch([])
+        for module in [model, *model]:
+            module.set_modules_to_forward_prefetch([])
+            module.set_modules_to_backward_prefetch([])
 
-    assert _run(no_prefetch) == [
+    assert _run(no_prefetch, warm_up) == [
         "AG0", "f0", "AG1", "f1", "AG2", "f2", "AG3", "f3",
         "AG3", "b3", "RS3", "AG2", "b2", "RS2", "AG1", "b1", "RS1", "AG0", "b0", "RS0"]
 
@@ -106,6 +110,53 @@ def test_backward_prefetches_the_module_before_in_forward_order_by_default():
     before module i's backward computes."""
     assert _run(lambda model: None)[8:] == [
         "AG3", "AG2", "b3", "RS3", "AG1", "b2", "RS2", "AG0", "b1", "RS1", "b0", "RS0"]
+
+
+def test_forward_prefetches_the_next_module_of_the_last_forward_by_default():
+    """The first forward has no order to go by: each gather comes just before its compute.
+    From the second, each module's pre-forward issues the gather of the module that began
+    next last time (the root's, layer 0's) right after its own, before its compute."""
+    assert _run(lambda model: None)[:8] == [
+        "AG0", "f0", "AG1", "f1", "AG2", "f2", "AG3", "f3"]
+    assert _run(lambda model: None, warm_up=True)[:8] == [
+        "AG0", "AG1", "f0", "AG2", "f1", "AG3", "f2", "f3"]
+
+
+def test_a_forward_prefetch_for_a_module_that_does_not_run_is_waited_and_dropped():
+    """Control flow: the second forward skips layer 2, whose gather layer 1 prefetches by the
+    first forward's order; it is waited at the end of the forward (simpg would report work
+    left in flight) and the step still equals one device."""
+
+    class Skipping(nn.Sequential):
+        skip: int | None = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            for i, layer in enumerate(self):
+                if i != self.skip:
+                    x = layer(x) if x.shape[-1] == layer.lin.in_features else x
+            return x
+
+    def run(sharded: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = Skipping(*[Unit(a, a) for a in [8, 8, 8, 8]])
+        if sharded:
+            mesh = init_device_mesh("cpu", (2,))
+            for layer in model:
+                fully_shard(layer, mesh)
+            fully_shard(model, mesh)
+        x = torch.randn(3, 8)
+        model(x).sum().backward()
+        model.skip = 2
+        model(x).sum().backward()
+        if not sharded:
+            return [p.grad for p in model.parameters()]
+        assert all(data_parallel_state(layer).prefetched is None for layer in model)
+        return [p.grad.full_tensor() for p in model.parameters()]
+
+    expected = run(False)
+    for grads in simpg.run(run, 2, True):
+        for got, want in zip(grads, expected):
+            torch.testing.assert_close(got, want)
 
 
 def test_explicit_forward_and_backward_prefetch():

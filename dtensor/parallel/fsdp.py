@@ -113,7 +113,8 @@ class _State:
     in_backward: bool = False  # Note [recomputed forward]
     requires_gradient_sync: bool = True  # Note [gradient accumulation]
     # Note [prefetch]
-    forward_prefetch: list[_State] = field(default_factory=list)
+    forward_prefetch: list[_State] | None = None  # None: the next module of the last forward
+    next_in_forward: _State | None = None  # the module whose forward started after this one's
     backward_prefetch: list[_State] | None = None  # None: the previous module in forward order
     prefetched: PendingGather | None = None  # the next forward's gather, issued early
     regathering: PendingGather | None = None  # the backward's regather, issued early
@@ -154,7 +155,8 @@ class FSDPModule:
     def set_modules_to_forward_prefetch(self, modules: list[FSDPModule]) -> None:
         """Issue the gathers of ``modules`` right after this module's own, before its forward
         computes (Note [prefetch]); torch's name. Each prefetched module holds its gathered
-        parameters from then until its own forward frees them."""
+        parameters from then until its own forward frees them. Replaces the default, which
+        prefetches the module whose forward came next in the last forward (``[]``: none)."""
         self._state_of_self("set_modules_to_forward_prefetch").forward_prefetch = \
             _states_of(modules, "set_modules_to_forward_prefetch")
 

@@ -43,9 +43,13 @@ own parameters, then issues the regather of the module that ran just before it i
 forward (the next to run backward; the order is recorded as the forward's modules end), so
 that gather is in flight while this module's backward computes.
 ``set_modules_to_backward_prefetch(modules)`` replaces that choice (``[]``: none).
-Forward: ``set_modules_to_forward_prefetch(modules)`` issues their gathers right after this
-module's own, before its forward computes; there is no implicit forward prefetch (torch's
-comes from the CPU running ahead of separate all-gather streams, below). A prefetch is an
+Forward, by default: a module's pre-forward issues, right after its own gather and before
+its compute, the gather of the module whose forward began next in the last forward (the
+order is recorded as forwards begin; the first forward has none, so it prefetches nothing).
+Torch's FSDP2 gets that overlap without asking, from the CPU running ahead of a separate
+all-gather stream (below); we have no such stream, so we issue it earlier instead, with the
+same memory bound (the computing module and one more). ``set_modules_to_forward_prefetch(
+modules)`` replaces that choice (``[]``: none). A prefetch is an
 ``issue_gather``: the all-gathers go out with ``async_op=True`` and the pieces are assembled
 when the module first needs them (its pre-forward, its pre-backward). It is always waited
 for: a prefetch of parameters stepped or replaced since (versions differ) is waited and
@@ -59,10 +63,10 @@ issue time). dtensor.comm issues every collective with ``async_op=True`` and wai
 unless asked not to; prefetch asks. On NCCL an issued collective runs on the group's NCCL
 stream after the work already queued on the current stream, and ``wait()`` makes the
 current stream (not the CPU) wait for it. So a gather issued before a module's compute is
-queued runs during that compute: the explicit forward prefetch and the implicit backward one
-overlap for real. A gather issued in the next module's own pre-forward does not: its NCCL
-stream waits for the compute queued before it (torch avoids that with a separate all-gather
-stream and a copy-in event; we have none). On gloo an async collective runs on gloo's
+queued runs during that compute: the forward and backward prefetches overlap for real. A
+gather issued in the next module's own pre-forward would not: its NCCL stream waits for the
+compute queued before it (torch avoids that with a separate all-gather stream and a copy-in
+event; we have none, hence the default forward prefetch). On gloo an async collective runs on gloo's
 threads, beside the compute.
 
 Note [reduce-scatter in flight]
@@ -161,6 +165,8 @@ class Run:
     [reduce-scatter in flight])."""
 
     order: list[_State] = field(default_factory=list)
+    started: list[_State] = field(default_factory=list)  # the order their forwards began in
+    prefetched: list[_State] = field(default_factory=list)  # forward prefetch targets
     reducing: tuple[_State, Callable[[], list]] | None = None
 
 
@@ -269,6 +275,11 @@ def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dic
     if _forwards_open.get() == 0:
         _run.set(Run())
     _forwards_open.set(_forwards_open.get() + 1)
+    run = _run.get()
+    if run is not None:  # the next forward prefetches by this order (Note [prefetch])
+        if run.started:
+            run.started[-1].next_in_forward = state
+        run.started.append(state)
     for m in state.params:  # to_empty() or load_state_dict() may have put new ones there
         m.param = m.owner._parameters[m.name]
     # the stored parameters are no inputs of the graph (autograd would run their gradient
@@ -278,8 +289,10 @@ def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dic
     outs = _GatherModule.apply(state, anchor)
     for m, gathered in zip(state.params, outs):
         m.owner._parameters[m.name] = gathered
-    for target in state.forward_prefetch:  # after this module's gather, before its compute
+    for target in _forward_targets(state):  # after this module's gather, before its compute
         _prefetch_forward(target)
+        if run is not None:
+            run.prefetched.append(target)
     return args, kwargs
 
 
@@ -292,6 +305,23 @@ def _take_prefetched(state: _State) -> list[torch.Tensor] | None:
         return None
     gathered = pending.wait()
     return gathered if pending.is_current(state.params, state.mp.param_dtype) else None
+
+
+def _forward_targets(state: _State) -> list[_State]:
+    if state.forward_prefetch is not None:
+        return state.forward_prefetch
+    nxt = state.next_in_forward  # learnt in the last forward; none in the first
+    return [nxt] if nxt is not None and nxt is not state else []
+
+
+def _drop_unused_prefetches(run: Run) -> None:
+    """At the end of the outermost forward: a prefetch for a module whose forward did not
+    run this time (control flow) is waited for and dropped, never left in flight."""
+    started = {id(s) for s in run.started}
+    for target in run.prefetched:
+        if id(target) not in started and target.prefetched is not None:
+            target.prefetched.wait()
+            target.prefetched = None
 
 
 def _prefetch_forward(target: _State) -> None:
@@ -336,6 +366,8 @@ def after_forward(state: _State, out: Any) -> Any:
         return out
     _forwards_open.set(max(_forwards_open.get() - 1, 0))
     state.run = _run.get()
+    if _forwards_open.get() == 0 and state.run is not None:
+        _drop_unused_prefetches(state.run)
     if state.run is not None:
         state.run.order.append(state)
     _restore_stored(state)
