@@ -1,7 +1,9 @@
 """Running a test program as real gloo processes on 127.0.0.1 (shared by the gloo tests).
 
 A program is a script taking ``RANK WORLD_SIZE STORE_PORT OUT_PATH``: it joins the TCPStore
-the test hosts, runs, and ``torch.save``s its result to OUT_PATH.
+the test hosts, runs, and ``torch.save``s its result to OUT_PATH; ``load_program`` imports
+the same file to run its ``program`` on simpg. ``torchrun_module`` starts a module under
+torchrun (the main job) instead.
 """
 
 from __future__ import annotations
@@ -9,14 +11,49 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import importlib.util
 import time
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _loopback_env() -> dict[str, str]:
+    # gloo binds to the interface its hostname resolves to unless told: keep it on loopback
+    return dict(os.environ, OMP_NUM_THREADS="1",
+                GLOO_SOCKET_IFNAME="lo0" if sys.platform == "darwin" else "lo")
+
+
+def load_program(path: Path) -> ModuleType:
+    """The test program at ``path`` as a module (its ``program`` runs on simpg too)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def torchrun_module(module: str, args: list[str], nproc: int,
+                    timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone --nproc-per-node N -m module args`` from
+    the repository root on loopback gloo; fails the test with the output if it fails."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         str(nproc), "-m", module, *args],
+        cwd=ROOT, env=_loopback_env() | {"PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        pytest.fail(f"torchrun -m {module} exited with {proc.returncode}\n"
+                    f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return proc
 
 
 def run_program_on_gloo(program: Path, world_size: int, tmp_path: Path,
@@ -28,9 +65,7 @@ def run_program_on_gloo(program: Path, world_size: int, tmp_path: Path,
     their output."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout_s))
-    # gloo binds to the interface its hostname resolves to unless told: keep it on loopback
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               GLOO_SOCKET_IFNAME="lo0" if sys.platform == "darwin" else "lo")
+    env = _loopback_env()
     procs, logs = [], []
     for rank in range(world_size):
         log = (tmp_path / f"rank{rank}.log").open("w")  # a file: a full pipe cannot block it

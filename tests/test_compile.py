@@ -4,14 +4,13 @@ each simulated rank runs a graph traced for its own coordinate."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-from gloo_runner import run_program_on_gloo
+from gloo_runner import load_program, run_program_on_gloo
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
@@ -245,10 +244,7 @@ PROGRAM = Path(__file__).parent / "programs" / "compile_program.py"
 @pytest.mark.slow
 @pytest.mark.gloo
 def test_compiled_program_on_gloo_matches_simpg(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("compile_program", PROGRAM)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    on_simpg = simpg.run(module.program, 2, timeout=COMPILE_S)
+    on_simpg = simpg.run(load_program(PROGRAM).program, 2, timeout=COMPILE_S)
     on_gloo = run_program_on_gloo(PROGRAM, 2, tmp_path, timeout_s=COMPILE_S)
     for rank, (sim, real) in enumerate(zip(on_simpg, on_gloo)):
         for what in ("loss", "grad", "slice"):

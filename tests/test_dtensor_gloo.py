@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
 import simpg
-from gloo_runner import run_program_on_gloo
+from gloo_runner import load_program, run_program_on_gloo
 
 PROGRAM = Path(__file__).parent / "programs" / "dtensor_program.py"
 
 
 def _program():
-    spec = importlib.util.spec_from_file_location("dtensor_program", PROGRAM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.program
+    return load_program(PROGRAM).program
 
 
 @pytest.mark.gloo

@@ -274,15 +274,12 @@ def test_applying_to_another_module_or_mesh_says_what_is_wrong(case):
 @pytest.mark.slow
 @pytest.mark.gloo
 def test_followed_step_on_gloo_equals_simpg_and_one_device(tmp_path):
-    import importlib.util
     from pathlib import Path
 
-    from gloo_runner import run_program_on_gloo
+    from gloo_runner import load_program, run_program_on_gloo
 
     path = Path(__file__).parent / "programs" / "graph_eager_program.py"
-    spec = importlib.util.spec_from_file_location("graph_eager_program", path)
-    program = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(program)
+    program = load_program(path)
     reference = program.reference()
     on_simpg = simpg.run(program.program, 2, timeout=60)
     on_gloo = run_program_on_gloo(path, 2, tmp_path, timeout_s=180.0)

@@ -3,7 +3,6 @@ one device's outputs and gradients, moving exactly the bytes the plan says."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -122,10 +121,9 @@ def test_llama_training_step_equals_one_device(llama_step):
 
 
 def _program():
-    spec = importlib.util.spec_from_file_location("graph_program", PROGRAM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from gloo_runner import load_program
+
+    return load_program(PROGRAM)
 
 
 # slow tier: the plan on real gloo processes (22 s); on simpg is the default run's

@@ -9,7 +9,6 @@ with ``strict_async=True``: a collective left unwaited fails the test.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import pickle
 import time
@@ -26,7 +25,7 @@ from dtensor import native
 from dtensor.comm import AsyncCollectiveError, AsyncCollectiveTensor, Handle
 from dtensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                               RowwiseParallel, parallelize_module)
-from gloo_runner import run_program_on_gloo
+from gloo_runner import load_program, run_program_on_gloo
 
 # (source, target, what the last step issues), on a 2x2 mesh for the 2-d rows
 MOVES_1D = [
@@ -443,10 +442,7 @@ PROGRAM = Path(__file__).parent / "programs" / "redistribute_async_program.py"
 
 
 def _program():
-    spec = importlib.util.spec_from_file_location("redistribute_async_program", PROGRAM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.program
+    return load_program(PROGRAM).program
 
 
 @pytest.mark.gloo

@@ -3,7 +3,6 @@ results on simpg and on real gloo processes agree bit for bit."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -14,7 +13,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import simpg
-from gloo_runner import run_program_on_gloo
+from gloo_runner import load_program, run_program_on_gloo
 
 RUN_TIMEOUT_S = 30.0  # per simpg.run: a hang becomes simpg's DeadlockError, not a stuck test
 GLOO_TIMEOUT_S = 120.0  # all gloo processes together; each starts torch and gloo (seconds)
@@ -147,11 +146,7 @@ def test_2d_mesh_matmul_partial_on_one_dim():
 # -- (b) one program, simpg and gloo ---------------------------------------------------------------
 
 def _load_program() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("collectives_program", PROGRAM)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_program(PROGRAM)
 
 
 @pytest.mark.gloo

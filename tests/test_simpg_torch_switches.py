@@ -6,7 +6,6 @@ program on real gloo processes."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,10 +32,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")  # torch's 
 
 @pytest.fixture(scope="module")
 def program() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("torch_switches_program", PROGRAM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from gloo_runner import load_program
+
+    return load_program(PROGRAM)
 
 
 @pytest.fixture(scope="module")

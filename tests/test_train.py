@@ -7,18 +7,14 @@ tests/test_train_gloo.py)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from examples import train
 from examples.train_report import (WEIGHT_TOLERANCE, collective_summary, mesh_dim_of,
                                    unique_records)
+from gloo_runner import torchrun_module
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _simulated(argv: list[str]) -> tuple:
@@ -85,13 +81,7 @@ def test_torchrun_on_gloo_gives_the_simulated_losses(tmp_path):
     argv = ["--mesh", "2x2", "--steps", "2", "--seq", "8"]
     _, simulated, _ = _simulated(argv)
     out = tmp_path / "run.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
-               GLOO_SOCKET_IFNAME="lo0" if sys.platform == "darwin" else "lo")
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-         "-m", "examples.train", *argv, "--json", str(out), "--quiet"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = torchrun_module("examples.train", [*argv, "--json", str(out), "--quiet"], 4)
     assert "PASS" in proc.stdout
     real = json.loads(out.read_text())
     assert real["losses"] == pytest.approx(simulated[0].losses, rel=1e-6)

@@ -7,16 +7,12 @@ one device) and its losses are the simulated run's: the same ``train_rank`` on s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from examples import train
+from gloo_runner import torchrun_module
 
-ROOT = Path(__file__).resolve().parent.parent
 ARGV = ["--mesh", "1x2x2", "--steps", "2", "--seq", "8"]
 
 
@@ -27,13 +23,7 @@ def test_the_whole_stack_on_gloo_processes(tmp_path):
         2, "bfloat16", 2, True)
     simulated = train.run_simulated(train.parse_args(ARGV + ["--trace-file", ""]))
     out = tmp_path / "run.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
-               GLOO_SOCKET_IFNAME="lo0" if sys.platform == "darwin" else "lo")
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-         "-m", "examples.train", *ARGV, "--json", str(out), "--quiet"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = torchrun_module("examples.train", [*ARGV, "--json", str(out), "--quiet"], 4)
     assert "4 gloo processes" in proc.stdout
     assert "PASS: every step's loss and every trained weight" in proc.stdout
     real = json.loads(out.read_text())
