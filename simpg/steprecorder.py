@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -56,6 +57,22 @@ __all__ = ["record_step", "StepRecorder"]
 # and are recorded. The same recorder therefore measures both implementations. Ops on
 # FakeTensors or the meta device are metadata work (sharding propagation) and are not
 # recorded; the c10d namespaces are collectives, which simpg records.
+
+# Note [peak live bytes]
+# ``record_step(memory=True)`` also measures the rank's peak memory: after each op the mode
+# sees (allocations, views and collectives included), the live bytes are the sum of
+# ``untyped_storage().nbytes()`` over the distinct live storages (by data pointer) of every
+# tensor seen so far, held by weak reference; the peak is the largest sum. Reading nbytes at
+# each sample, not at allocation, is what makes it honest for torch's FSDP2: it frees and
+# re-allocates its unsharded parameters with ``untyped_storage().resize_()``, outside the
+# dispatcher, so a storage resized to 0 counts 0 from the next op on. Storages first seen
+# since a Call was made, other than its payload, are simpg's own data movement (Note [issue
+# and wait points]: scratch tensors, other ranks' buffers) and are untracked again, with the
+# samples taken meanwhile. What it misses: a storage counts only from the first op that sees
+# it, so state alive before the block (parameters, optimizer state) counts from its first
+# use unless passed as ``live=``; tensors no op ever sees (``torch.from_numpy``) do not count;
+# a sample is taken after an op, so an op's own scratch memory and inputs freed by it are not
+# seen together; and it is bytes of storages, not the allocator's reserved or rounded sizes.
 
 _COMM_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
 
@@ -129,13 +146,16 @@ class _KernelMode(TorchDispatchMode):
         if any(t is not torch.Tensor and t is not torch.nn.Parameter for t in types):
             return NotImplemented  # a DTensor: its local ops come back here
         out = func(*args, **kwargs)
+        tensors = _tensors((args, kwargs, out))
+        if any(t.is_meta for t in tensors) or (
+                "device" in kwargs and torch.device(kwargs["device"]).type == "meta"):
+            return out
         if func.namespace not in _COMM_NAMESPACES:
-            tensors = _tensors((args, kwargs, out))
-            if not any(t.is_meta for t in tensors) and not (
-                    "device" in kwargs and torch.device(kwargs["device"]).type == "meta"):
-                op = price_op(func, args, kwargs, out)
-                if op is not None:
-                    self._recorder._kernel(op, tensors)
+            op = price_op(func, args, kwargs, out)
+            if op is not None:
+                self._recorder._kernel(op, tensors)
+        if self._recorder._memory and not any(isinstance(t, FakeTensor) for t in tensors):
+            self._recorder._sample(tensors)  # FakeTensors: torch DTensor's propagation
         return out
 
 
@@ -143,7 +163,7 @@ class StepRecorder:
     """Records the calling rank's kernels and collectives while open; see
     :func:`record_step`. After the block, :meth:`timeline` gives the events."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory: bool = False, live: Iterable[torch.Tensor] = ()) -> None:
         # kernels, and ("issue" | "wait", issued_s) or ("use", issued_s, storage key)
         self._events: list[Compute | tuple] = []
         self._times: list[float] = []  # per event: perf_counter when recorded (kernels)
@@ -160,6 +180,11 @@ class StepRecorder:
         self._token: Any = None
         self._rank: int | None = None
         self._timeline: RankTimeline | None = None
+        # Note [peak live bytes]: storage key -> (weak reference, perf_counter first seen)
+        self._memory = memory
+        self._live = [] if not memory else [p for t in live for p in _plain_tensors(t)]
+        self._storages: dict[int, tuple[weakref.ref, float]] = {}
+        self._samples: list[tuple[float, int]] = []  # (perf_counter, live bytes) after ops
 
     # -- what the mode and simpg's Work report -------------------------------------------------
     def _kernel(self, op: Compute, tensors: list[torch.Tensor]) -> None:
@@ -176,6 +201,47 @@ class StepRecorder:
         self._kernels += 1
         self._events.append(op)
         self._times.append(now)
+
+    def _track(self, tensors: list[torch.Tensor], now: float) -> None:
+        for t in tensors:
+            try:
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse, or a subclass: no storage
+                continue
+            key = storage._cdata
+            known = self._storages.get(key)
+            if known is None or known[0]() is not storage:  # new, or an address reused
+                self._storages[key] = (weakref.ref(storage), now)
+
+    def _sample(self, tensors: list[torch.Tensor]) -> None:
+        now = time.perf_counter()
+        self._track(tensors, now)
+        self._samples.append((now, self._live_bytes()))
+
+    def _live_bytes(self) -> int:
+        total, pointers, dead = 0, set(), []
+        for key, (ref, _) in self._storages.items():
+            storage = ref()
+            if storage is None:
+                dead.append(key)
+                continue
+            pointer = storage.data_ptr()
+            if pointer and pointer not in pointers:  # resized to 0: no memory
+                pointers.add(pointer)
+                total += storage.nbytes()
+        for key in dead:
+            del self._storages[key]
+        return total
+
+    def _untrack_data_movement(self, issued_s: float, payload: list[torch.Tensor]) -> None:
+        # Note [peak live bytes]: what was first seen since the Call was made is simpg's
+        # data movement, but for the payload
+        while self._samples and self._samples[-1][0] >= issued_s:
+            self._samples.pop()
+        for key in [k for k, (_, seen_s) in self._storages.items() if seen_s >= issued_s]:
+            del self._storages[key]
+        self._track(payload, issued_s)
+        self._samples.append((issued_s, self._live_bytes()))
 
     def issued(self, work: Any) -> None:
         issued_s = work._call.issued_s
@@ -195,6 +261,8 @@ class StepRecorder:
                         self._last_touch[key] = before
         self._issued.add(issued_s)
         tensors = _tensors(work._call.payload)
+        if self._memory:
+            self._untrack_data_movement(issued_s, tensors)
         after = max((self._last_touch.get(_storage_key(t), -1) for t in tensors), default=-1)
         self._events.append(("issue", issued_s, after))
         self._times.append(issued_s)
@@ -234,6 +302,9 @@ class StepRecorder:
         # the thread's own mode stack, not TorchDispatchMode.__enter__: that also sets
         # process-wide flags (is_in_torch_dispatch_mode, read by torch.compile), which rank
         # threads entering and leaving out of order would leave set
+        if self._memory:
+            self._sample(self._live)
+            self._live = []  # held weakly from here on
         _push_mode(self._mode)
         return self
 
@@ -282,6 +353,17 @@ class StepRecorder:
             raise RuntimeError("StepRecorder.timeline(): the block has not ended (or raised)")
         return self._timeline
 
+    def peak_live_bytes(self) -> int:
+        """The most bytes of live storages the rank held after any op in the block (Note
+        [peak live bytes]); needs ``record_step(memory=True)``."""
+        if not self._memory:
+            raise RuntimeError("StepRecorder.peak_live_bytes(): memory was not recorded; "
+                               "expected record_step(memory=True)")
+        if self._timeline is None:
+            raise RuntimeError("StepRecorder.peak_live_bytes(): the block has not ended "
+                               "(or raised)")
+        return max(live for _, live in self._samples)
+
 
 def _forget_storage(forget: weakref.WeakMethod, key: int) -> None:
     method = forget()  # the recorder may be gone: the storage outlived it
@@ -289,7 +371,21 @@ def _forget_storage(forget: weakref.WeakMethod, key: int) -> None:
         method(key)
 
 
-def record_step() -> StepRecorder:
+def _plain_tensors(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors holding ``t``'s memory: a wrapper subclass (a DTensor, ours or
+    torch's) by the tensors its ``__tensor_flatten__`` names (torch's also names its mesh)."""
+    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter or not hasattr(
+            t, "__tensor_flatten__"):
+        return [t]
+    inner = (getattr(t, name) for name in t.__tensor_flatten__()[0])
+    return [p for x in inner if isinstance(x, torch.Tensor) for p in _plain_tensors(x)]
+
+
+def record_step(memory: bool = False, live: Iterable[torch.Tensor] = ()) -> StepRecorder:
     """Record the calling rank's kernels and collectives inside a ``with`` block (see the
-    module's example and Note [issue and wait points])."""
-    return StepRecorder()
+    module's example and Note [issue and wait points]).
+
+    ``memory=True`` also measures the rank's peak live bytes (Note [peak live bytes]);
+    ``live``: tensors alive before the block (parameters, optimizer state) to count from its
+    start rather than from their first use."""
+    return StepRecorder(memory, live)
