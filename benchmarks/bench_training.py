@@ -94,6 +94,7 @@ FULL = "fsdp+tp+sp+loss"  # fully sharded over dp, tensor + sequence + loss para
 TP_ONLY = "tp+sp+loss"  # the fallback: tensor parallel alone on a 1 x tp mesh
 STATE_KINDS = ("parameters", "gradients", "optimizer")
 COMM_TIME = "est. comm time/step, NVLink node (us, serial)"  # simpg's cost model, all dims
+PEAK = "peak live bytes/rank during the step (max over ranks)"  # simpg.steprecorder
 DEVICE = "h100"  # the modelled device of the overlap rows (Note [device presets], simpg.overlap)
 
 
@@ -107,6 +108,7 @@ class RankRun:
     state: dict[str, int] = field(default_factory=dict)  # local bytes after the last step
     records: list[Any] = field(default_factory=list)  # simpg: collectives of measured steps
     timeline: Any = None  # simpg: a recorded extra step (simpg.overlap.RankTimeline)
+    peak_bytes: int | None = None  # simpg: the recorded step's peak live bytes
 
 
 @dataclass
@@ -350,12 +352,12 @@ def _train(lib: str, args: argparse.Namespace, config: str, traced: bool) -> Ran
             records.extend(trace.records)
         value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
         losses.append(value.detach().float().reshape(1))
-    timeline = _recorded_step(args, run, opt, rows) if traced else None
+    timeline, peak = _recorded_step(args, run, opt, rows) if traced else (None, None)
     total = torch.cat(losses)
     if run.data_size > 1:  # each data rank's loss is the mean of its rows: average the shares
         dist.all_reduce(total, group=run.data_group)
         total /= run.data_size
-    return RankRun(dist.get_rank(), total.tolist(), step_s, state, records, timeline)
+    return RankRun(dist.get_rank(), total.tolist(), step_s, state, records, timeline, peak)
 
 
 @dataclass
@@ -398,18 +400,22 @@ def _forward_backward(run: _Run, inputs: torch.Tensor, targets: torch.Tensor, cl
 
 
 def _recorded_step(args: argparse.Namespace, run: _Run, opt: torch.optim.Optimizer,
-                   rows: slice) -> Any:
+                   rows: slice) -> tuple[Any, int]:
     """One more step (not timed, its loss unused) under ``simpg.steprecorder``: the kernels
     and collective issue/wait points the overlap model prices (Note [exposed communication]
-    in simpg.overlap)."""
+    in simpg.overlap), and the rank's peak live bytes (Note [peak live bytes] there), the
+    parameters and optimizer state counted from the step's start."""
     from simpg.steprecorder import record_step
 
     inputs, targets = _rows(args, run, args.steps, rows)
+    live = [*run.model.parameters(), *(t for s in opt.state.values() for t in s.values()
+                                       if isinstance(t, torch.Tensor))]
     dist.barrier()
-    with record_step() as recorder:
+    with record_step(memory=True, live=live) as recorder:
+        del live  # held weakly by the recorder from here: what the step frees stops counting
         _forward_backward(run, inputs, targets, args.clip, opt)
         opt.zero_grad()
-    return recorder.timeline()
+    return recorder.timeline(), recorder.peak_live_bytes()
 
 
 @contextlib.contextmanager
@@ -532,6 +538,8 @@ def rows(sides: dict[str, Side], reference: list[float], *,
                         side, preset, waits="first_use").exposed_s * 1e6
         for kind in STATE_KINDS:
             f[f"{kind} bytes/rank (max)"] = max(r.state[kind] for r in side.ranks)
+        if all(r.peak_bytes is not None for r in side.ranks):
+            f[PEAK] = max(r.peak_bytes for r in side.ranks)
         f["max rel. loss diff vs 1 device"] = _max_rel_diff(side.ranks[0].losses, reference)
     order = [k for lib in LIBS for k in figures.get(lib, {})]
     names = sorted(dict.fromkeys(order), key=_row_order)
@@ -581,7 +589,7 @@ def _per_dim(side: Side) -> list[dict]:
 def _row_order(name: str) -> tuple[int, int, str]:
     prefixes = ("step time", "bytes received", "collectives", "est. comm", "modelled step",
                 "modelled compute", "modelled comm", "exposed comm", "overlap", "parameters",
-                "gradients", "optimizer", "max rel.")
+                "gradients", "optimizer", "peak live", "max rel.")
     preset = next((i for i, p in enumerate(INTERCONNECTS) if p in name), -1)
     return next(i for i, p in enumerate(prefixes) if name.startswith(p)), preset, name
 
@@ -647,6 +655,7 @@ def feature_rows(features: dict[str, dict[str, Side]], reference: list[float]
                 "step_s": _median_step(side),
                 "bytes": per_dim,
                 "state": max(sum(r.state.values()) for r in side.ranks),
+                "peak": max(r.peak_bytes for r in side.ranks),
                 "exposed_s": modelled(side, "nvlink-node").exposed_s,
                 "first_use_s": modelled(side, "nvlink-node", waits="first_use").exposed_s,
                 "modelled_s": modelled(side, "nvlink-node").step_s,
@@ -668,15 +677,16 @@ def print_features(args: argparse.Namespace, table: list[dict[str, Any]]) -> Non
           f"per block and root over all {world} ranks (hsdp: replicate={args.dp_size} x "
           f"shard={args.tp_size}); modelled on {DEVICE} + nvlink-node")
     print("\n| feature | step time (s) ours / torch | ratio | bytes received/step by dim, "
-          "ours / torch | state bytes/rank ours / torch | modelled step (us) ours / torch | "
+          "ours / torch | state bytes/rank ours / torch | peak live bytes/rank ours / torch | "
+          "ratio | modelled step (us) ours / torch | "
           "exposed comm (us) ours / torch | ratio | exposed at first use (us) ours / torch | "
           "loss diff vs 1 device ours / torch |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in table:
         o, t = row.get("ours", {}), row.get("torch", {})
         if "error" in o or "error" in t:
             print(f"| {row['feature']} | ours: {o.get('error', 'ran')}; torch: "
-                  f"{t.get('error', 'ran')} ||||||||| ")
+                  f"{t.get('error', 'ran')} ||||||||||| ")
             continue
 
         def by_dim(x: dict) -> str:
@@ -687,7 +697,9 @@ def print_features(args: argparse.Namespace, table: list[dict[str, Any]]) -> Non
 
         print(f"| {row['feature']} | {o['step_s']:.3f} / {t['step_s']:.3f} | "
               f"{_ratio(o['step_s'], t['step_s'])} | {by_dim(o)} / {by_dim(t)} | "
-              f"{_fmt(o['state'])} / {_fmt(t['state'])} | {o['modelled_s'] * 1e6:,.0f} / "
+              f"{_fmt(o['state'])} / {_fmt(t['state'])} | {_fmt(o['peak'])} / "
+              f"{_fmt(t['peak'])} | {_ratio(o['peak'], t['peak'])} | "
+              f"{o['modelled_s'] * 1e6:,.0f} / "
               f"{t['modelled_s'] * 1e6:,.0f} | {o['exposed_s'] * 1e6:,.0f} / "
               f"{t['exposed_s'] * 1e6:,.0f} | {_ratio(o['exposed_s'], t['exposed_s'])} | "
               f"{o['first_use_s'] * 1e6:,.0f} / {t['first_use_s'] * 1e6:,.0f} | "

@@ -203,9 +203,10 @@ class StepRecorder:
         self._times.append(now)
 
     def _track(self, tensors: list[torch.Tensor], now: float) -> None:
-        for t in tensors:
+        for t in (p for t in tensors for p in _plain_tensors(t)):
             try:
                 storage = t.untyped_storage()
+                storage.data_ptr()
             except (RuntimeError, NotImplementedError):  # sparse, or a subclass: no storage
                 continue
             key = storage._cdata

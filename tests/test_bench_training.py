@@ -33,12 +33,18 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
     for name in ("step time (s, median)", "bytes received/step, dp",
                  "bytes received/step, tp", "collectives/step, dp", "collectives/step, tp",
                  "parameters bytes/rank (max)", "gradients bytes/rank (max)",
-                 "optimizer bytes/rank (max)", "max rel. loss diff vs 1 device"):
+                 "optimizer bytes/rank (max)", bench.PEAK, "max rel. loss diff vs 1 device"):
         ours, theirs = table[name]
         assert ours is not None and theirs is not None, name
     for name in ("bytes received/step, dp", "bytes received/step, tp",
                  "collectives/step, dp", "collectives/step, tp"):
         assert table[name][0] > 0 and table[name][1] > 0, name
+
+    # the peak (Note [peak live bytes] in simpg.steprecorder) holds at least the state at the
+    # step's end: parameters and optimizer state counted from the start, gradients once made
+    for lib in bench.LIBS:
+        for r in sides[lib].ranks:
+            assert r.peak_bytes >= sum(r.state.values()) > 0, (lib, r.rank)
 
     # the modelled rows (simpg.overlap): per preset, step = compute + exposed, all positive;
     # InfiniBand between the dp ranks is slower than one NVLink node
@@ -66,6 +72,7 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
     out = capsys.readouterr().out
     assert "| bytes received/step, tp |" in out and "ours: PASS; torch: PASS" in out
     assert "| exposed comm, nvlink-node (us) |" in out and "modelled rows:" in out
+    assert f"| {bench.PEAK} |" in out
 
     # two rows of the feature table (the fsdp+tp row reuses the run above)
     names = (bench.FULL, "hsdp", "fsdp accum x2")
@@ -79,6 +86,7 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
             assert figures["step_s"] > 0 and figures["exposed_s"] > 0, (name, lib)
             assert 0 <= figures["first_use_s"] <= figures["exposed_s"] * (1 + 1e-9)
             assert figures["state"] > 0 and all(b > 0 for b in figures["bytes"].values())
+            assert figures["peak"] >= figures["state"], (name, lib)
     for lib in bench.LIBS:  # hsdp gathers over shard, all-reduces over replicate
         assert set(table["hsdp"][lib]["bytes"]) == {"replicate", "shard"}, lib
         # training like one device (the same global batch in two micro-batches)
@@ -88,6 +96,7 @@ def test_both_libraries_train_like_one_device_and_report_every_row(bench, capsys
     bench.print_features(args, list(table.values()))
     out = capsys.readouterr().out
     assert "| hsdp |" in out and "| fsdp accum x2 |" in out
+    assert "peak live bytes/rank ours / torch" in out
 
 
 # slow tier: the benchmark's --gloo option (35 s of process start-up); training on gloo
