@@ -45,7 +45,10 @@ rank's kernels with their FLOPs and bytes, each collective's issue and wait poin
 modelled H100 with NVLink in one node ("nvlink-node") or across InfiniBand nodes of one tp
 group each ("ib-cluster"): the step time, its compute, and the exposed communication, the
 part of the collectives' time the compute does not hide (Note [exposed communication] in
-simpg.overlap). ``--features`` adds a table per feature (fsdp, fsdp+tp, hsdp, bf16 mixed
+simpg.overlap). The peak row is that step's too: per rank, the most bytes of live storages
+after any of its ops (parameters and optimizer state counted from the step's start, freed and
+resized-to-0 storages not at all: Note [peak live bytes] in simpg.steprecorder), largest rank.
+``--features`` adds a table per feature (fsdp, fsdp+tp, hsdp, bf16 mixed
 precision, activation checkpointing, 2 micro-batches), ours next to torch's FSDP2.
 With ``--gloo`` (2 processes, each training ours and then torch's in one process group;
 mesh 1x2 by default, or 2x1): step time, state bytes and losses; nothing is traced.

@@ -73,6 +73,8 @@ __all__ = ["record_step", "StepRecorder"]
 # use unless passed as ``live=``; tensors no op ever sees (``torch.from_numpy``) do not count;
 # a sample is taken after an op, so an op's own scratch memory and inputs freed by it are not
 # seen together; and it is bytes of storages, not the allocator's reserved or rounded sizes.
+# A wrapper subclass (a DTensor) counts through its inner tensors. Each sample sums every
+# tracked storage: a cost per op that grows with the live tensors, hence off by default.
 
 _COMM_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
 
