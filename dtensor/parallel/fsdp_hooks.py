@@ -137,6 +137,13 @@ class _GatherModule(torch.autograd.Function):
             defer = state.requires_gradient_sync and all(m.accumulated is None
                                                          for m in state.params)
             pieces = grad_pieces(state.params, grads, None if defer else state.mp.reduce_dtype)
+            # the gathered parameters are done with: freed before the reduce-scatter's buffer
+            # is built, so the two are never held at once
+            _restore_stored(state)
+            state.in_backward = False
+            if state.reshard_after_forward:
+                for m in state.params:
+                    _free(m)
             if not state.requires_gradient_sync:  # Note [gradient accumulation]
                 for m, piece in zip(state.params, pieces):
                     m.accumulated = add_grad_pieces(m, m.accumulated, piece)
@@ -150,11 +157,6 @@ class _GatherModule(torch.autograd.Function):
                 _settle(run)  # the previous module's: one in flight at a time
                 run.reducing = (state, finish)
                 torch.autograd.Variable._execution_engine.queue_callback(lambda: _settle(run))
-        _restore_stored(state)
-        state.in_backward = False
-        if state.reshard_after_forward:
-            for m in state.params:
-                _free(m)
         return out
 
 
