@@ -84,6 +84,19 @@ def case(request):
     return request.param, model, loss_fn, x, y, plan, loss.detach(), grads
 
 
+@pytest.fixture(autouse=True)
+def _clear_process_wide_mode_flags(monkeypatch):
+    """torch's TorchDispatchMode.__enter__ sets process-wide flags that each exit restores to
+    what its enter saw; torch's own modes entered by rank threads of an earlier test in this
+    worker (their exits out of order) can leave them set. Start clear, so the checks below
+    see what the follower does."""
+    import torch.utils._python_dispatch as python_dispatch
+
+    for flag in ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode",
+                 "_is_in_any_mode_without_ignore_compile_internals"):
+        monkeypatch.setattr(python_dispatch, flag, False)
+
+
 def _step(model, loss_fn, x, y, plan, follow="step", apply_to=None):
     """One eager training step of the plan applied to a copy of ``model`` (or to
     ``apply_to``, already applied). ``follow``: "step" (inside ``following``), "module"
