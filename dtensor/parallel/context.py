@@ -16,7 +16,8 @@ r and 2cp-1-r (one early, one late), which balances the work; the order the keys
 does not matter, since the mask is built from positions. All-gathering keys and values moves
 (cp-1)/cp of them per layer, as a ring would over cp-1 steps. The ring itself, each step's
 transfer overlapped with the previous block's compute, is ``set_rotate_method("alltoall")``
-(Note [ring attention] in dtensor.experimental._ring). On exit each buffer gets its whole value back, unless listed in ``no_restore_buffers``.
+(Note [ring attention] in dtensor.experimental._ring). On exit each buffer gets its whole
+value back, unless listed in ``no_restore_buffers``.
 
 Each rank's loss is the mean over its tokens; with the same number of tokens per rank the
 sequence's mean is the mean of the ranks', so averaging gradients over the context mesh (as
