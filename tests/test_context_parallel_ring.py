@@ -47,7 +47,8 @@ def _inputs(heads: int, kv_heads: int, seq: int, dtype: torch.dtype = torch.floa
 
 
 def _attention_on_ranks(cp: int, q, k, v, grad_out, is_causal: bool, gqa: bool):
-    """Each rank's (output, dq, dk, dv) of its part of the sequence, under context_parallel."""
+    """Each rank's (output, dq, dk, dv) of its part of the sequence, under context_parallel
+    (forward only, the gradients None, when ``grad_out`` is None)."""
     seq = q.shape[-2]
 
     def body():
@@ -56,7 +57,8 @@ def _attention_on_ranks(cp: int, q, k, v, grad_out, is_causal: bool, gqa: bool):
         mine = [shard_sequence(t, 2, cp, rank).requires_grad_() for t in (q, k, v)]
         with context_parallel(mesh, buffers=[torch.zeros(seq)], buffer_seq_dims=[0]):
             out = F.scaled_dot_product_attention(*mine, is_causal=is_causal, enable_gqa=gqa)
-            out.backward(shard_sequence(grad_out, 2, cp, rank))
+            if grad_out is not None:
+                out.backward(shard_sequence(grad_out, 2, cp, rank))
         return out.detach(), *(t.grad for t in mine)
 
     return simpg.run(body, cp)
@@ -124,20 +126,10 @@ def _traffic(records) -> dict[int, Counter]:
 
 
 def _traced(cp: int, q, k, v, backward: bool):
-    seq = q.shape[-2]
-
-    def body():
-        mesh = dtensor.init_device_mesh("cpu", (cp,), mesh_dim_names=("cp",))
-        rank = mesh.get_local_rank(0)
-        mine = [shard_sequence(t, 2, cp, rank).requires_grad_() for t in (q, k, v)]
-        with context_parallel(mesh, buffers=[torch.zeros(seq)], buffer_seq_dims=[0]):
-            out = F.scaled_dot_product_attention(*mine, is_causal=True,
-                                                 enable_gqa=q.shape[1] != k.shape[1])
-            if backward:
-                out.sum().backward()
-
+    """The collectives of causal attention on ``cp`` ranks (and of its backward)."""
+    grad_out = torch.ones(q.shape[:-1] + v.shape[-1:], dtype=q.dtype) if backward else None
     with simpg.trace() as trace:
-        simpg.run(body, cp)
+        _attention_on_ranks(cp, q, k, v, grad_out, True, q.shape[1] != k.shape[1])
     return trace.records
 
 
