@@ -5,7 +5,7 @@ thresholds)."""
 from __future__ import annotations
 
 import pytest
-from bench_loader import load_benchmark
+from tests.support.bench_loader import load_benchmark
 
 
 @pytest.fixture(scope="module")

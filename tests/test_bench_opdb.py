@@ -6,7 +6,7 @@ No timing asserted."""
 from __future__ import annotations
 
 import pytest
-from bench_loader import load_benchmark
+from tests.support.bench_loader import load_benchmark
 
 from opdb_tests import sweep, test_opdb
 

@@ -5,7 +5,7 @@ modelled step and exposed communication too), and rows of the feature table."""
 from __future__ import annotations
 
 import pytest
-from bench_loader import load_benchmark
+from tests.support.bench_loader import load_benchmark
 
 
 @pytest.fixture(scope="module")

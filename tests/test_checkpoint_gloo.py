@@ -64,7 +64,7 @@ def test_the_same_program_on_simpg(tmp_path):
 
 @pytest.mark.gloo
 def test_save_and_load_on_gloo_processes(tmp_path):
-    from gloo_runner import run_program_on_gloo
+    from tests.support.gloo_runner import run_program_on_gloo
 
     results = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=180.0)
     for r in results:

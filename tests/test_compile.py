@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from gloo_runner import load_program, run_program_on_gloo
+from tests.support.gloo_runner import load_program, run_program_on_gloo
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters

@@ -194,7 +194,7 @@ def test_what_the_ring_cannot_run_is_refused(rotate_method):
 
 @pytest.mark.gloo
 def test_ring_attention_on_gloo_equals_one_device(tmp_path):
-    from gloo_runner import run_program_on_gloo
+    from tests.support.gloo_runner import run_program_on_gloo
 
     results = run_program_on_gloo(PROGRAM, 2, tmp_path, timeout_s=120.0)
     for rank, got in enumerate(results):

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import simpg
-from mesh_world import run_on_mesh
+from tests.support.mesh_world import run_on_mesh
 from dtensor import DTensor, Replicate, Shard, distribute_tensor
 
 ORDS = (2, 1, 0, math.inf, -math.inf, 3.5, -1)

@@ -10,7 +10,7 @@ import torch
 
 from dtensor import DTensor, Replicate, Shard, distribute_tensor, native
 from dtensor.debug import explain_ops
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 
 aten = torch.ops.aten
 

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dtensor import DTensor, Replicate, Shard, distribute_tensor, native
 from dtensor.native import build
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from opdb_tests.causes import of_exception
 
 aten = torch.ops.aten

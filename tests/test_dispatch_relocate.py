@@ -9,7 +9,7 @@ import torch
 
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import ShardingError
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 
 VALUES = torch.tensor([1.0, 2.0, 3.5])
 

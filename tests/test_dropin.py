@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh as torch_init_device_
 
 import dtensor
 import simpg
-from dropin_world import Lib, both, error_type, fresh_torch_caches
+from tests.support.dropin_world import Lib, both, error_type, fresh_torch_caches
 
 
 def test_placement_predicates():

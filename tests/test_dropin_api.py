@@ -8,7 +8,7 @@ from torch import nn
 
 import dtensor
 import dtensor.parallel
-from dropin_world import Lib, both
+from tests.support.dropin_world import Lib, both
 
 
 def test_distribute_module_is_exported_at_the_top_level_as_in_torch():

@@ -12,7 +12,7 @@ import torch.distributed.tensor as tdt
 from torch import nn
 
 import dtensor
-from dropin_world import Lib, both
+from tests.support.dropin_world import Lib, both
 
 
 def _mesh(lib: Lib, *shape: int, names: tuple[str, ...] | None = None) -> Any:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simpg
-from mesh_world import run_on_mesh as _in_world
+from tests.support.mesh_world import run_on_mesh as _in_world
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from dtensor import api, fallback_policy
 from dtensor.layout import local_slices

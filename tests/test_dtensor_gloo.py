@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import simpg
-from gloo_runner import load_program, run_program_on_gloo
+from tests.support.gloo_runner import load_program, run_program_on_gloo
 
 PROGRAM = Path(__file__).parent / "programs" / "dtensor_program.py"
 

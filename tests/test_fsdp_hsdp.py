@@ -12,7 +12,7 @@ import simpg
 from dtensor import Replicate, Shard, fallback_policy, init_device_mesh
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
 from simpg.testing import torch_meshes_per_rank
-from tests.dropin_world import fresh_torch_caches
+from tests.support.dropin_world import fresh_torch_caches
 from tests.test_fully_shard import Net, _train
 
 X = torch.randn(8, 5, 8, generator=torch.Generator().manual_seed(0))

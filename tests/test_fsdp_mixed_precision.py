@@ -14,7 +14,7 @@ import simpg
 from dtensor import init_device_mesh
 from dtensor.parallel import FullyShardError, MixedPrecisionPolicy, fully_shard
 from simpg.testing import torch_meshes_per_rank
-from tests.dropin_world import fresh_torch_caches
+from tests.support.dropin_world import fresh_torch_caches
 from tests.test_fully_shard import Net
 
 BF16, F32 = torch.bfloat16, torch.float32

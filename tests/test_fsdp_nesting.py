@@ -125,7 +125,7 @@ GLOO_MESH = (2, 2)
 
 @pytest.mark.gloo
 def test_nested_biases_with_prefetch_on_gloo_processes_equal_the_simulation(tmp_path):
-    from gloo_runner import run_program_on_gloo
+    from tests.support.gloo_runner import run_program_on_gloo
 
     simulated = simpg.run(_rank, 4, GLOO_MESH, True)
     real = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=240.0)

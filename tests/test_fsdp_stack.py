@@ -116,7 +116,7 @@ GLOO_MESH = (1, 2, 2)  # fully sharded over 2 x tensor parallel over 2: 4 proces
 
 @pytest.mark.gloo
 def test_the_stack_on_gloo_processes_gives_the_simulated_losses(tmp_path):
-    from gloo_runner import run_program_on_gloo
+    from tests.support.gloo_runner import run_program_on_gloo
 
     simulated = simpg.run(_rank, 4, torch.bfloat16, GLOO_MESH)
     real = run_program_on_gloo(Path(__file__), 4, tmp_path, timeout_s=240.0)

@@ -289,7 +289,7 @@ def test_applying_to_another_module_or_mesh_says_what_is_wrong(case):
 def test_followed_step_on_gloo_equals_simpg_and_one_device(tmp_path):
     from pathlib import Path
 
-    from gloo_runner import load_program, run_program_on_gloo
+    from tests.support.gloo_runner import load_program, run_program_on_gloo
 
     path = Path(__file__).parent / "programs" / "graph_eager_program.py"
     program = load_program(path)

@@ -121,7 +121,7 @@ def test_llama_training_step_equals_one_device(llama_step):
 
 
 def _program():
-    from gloo_runner import load_program
+    from tests.support.gloo_runner import load_program
 
     return load_program(PROGRAM)
 
@@ -130,7 +130,7 @@ def _program():
 @pytest.mark.slow
 @pytest.mark.gloo
 def test_training_step_on_gloo_equals_simpg_and_one_device(tmp_path):
-    from gloo_runner import run_program_on_gloo
+    from tests.support.gloo_runner import run_program_on_gloo
 
     program = _program()
     on_simpg = simpg.run(program.program, 2, timeout=60)

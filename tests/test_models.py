@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 import simpg
-from mesh_world import run_on_mesh
+from tests.support.mesh_world import run_on_mesh
 from dtensor import DTensor, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor import init_device_mesh
 from dtensor.parallel import distribute_module, loss_parallel, parallelize_module

@@ -18,7 +18,7 @@ import torch
 
 import dtensor.foreach_norm  # noqa: F401  (registers its decomposition)
 import simpg
-from mesh_world import run_on_mesh
+from tests.support.mesh_world import run_on_mesh
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy,
                      mesh_coordinates, shard_full, unshard)
 from dtensor.ops.foreach import foreach_overloads

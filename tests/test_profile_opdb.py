@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from opdb_tests import sweep
-from tests.bench_loader import load_benchmark
+from tests.support.bench_loader import load_benchmark
 
 bench = load_benchmark("profile_opdb")
 

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 import simpg
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.debug import ImplicitCommunicationError, explain, explain_ops, implicit_communication
 from dtensor.dispatch import NoShardingRuleError, check_replicated

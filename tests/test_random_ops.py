@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import dtensor
 import simpg
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 
 aten = torch.ops.aten
 FULL = torch.randn(7, 5, generator=torch.Generator().manual_seed(1))  # uneven over 2 and 4

@@ -25,7 +25,7 @@ from dtensor import native
 from dtensor.comm import AsyncCollectiveError, AsyncCollectiveTensor, Handle
 from dtensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                               RowwiseParallel, parallelize_module)
-from gloo_runner import load_program, run_program_on_gloo
+from tests.support.gloo_runner import load_program, run_program_on_gloo
 
 # (source, target, what the last step issues), on a 2x2 mesh for the 2-d rows
 MOVES_1D = [

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
-from bench_loader import load_benchmark
+from tests.support.bench_loader import load_benchmark
 
 import simpg
 from dtensor import collective_layout as cl

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from mesh_world import run_on_mesh
+from tests.support.mesh_world import run_on_mesh
 from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec

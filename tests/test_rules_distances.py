@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from mesh_world import run_on_mesh
+from tests.support.mesh_world import run_on_mesh
 
 from dtensor import Partial, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import per_dim_strategies

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import dtensor
 import simpg
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import (Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.soundness import check_op
 

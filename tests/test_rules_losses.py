@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import candidates, per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.misc import native_dropout
 from dtensor.ops.registry import Registry

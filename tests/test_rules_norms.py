@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import simpg
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import Replicate, Shard, distribute_tensor
 from dtensor.ops.soundness import check_op
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mesh_world import run_on_mesh
+from tests.support.mesh_world import run_on_mesh
 
 from dtensor import Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import per_dim_strategies

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import simpg
-from mesh_world import run_on_mesh as _world
+from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import Partial, Replicate, Shard, distribute_tensor
 from dtensor.ops.propagate import ShardingError, per_dim_strategies
 from dtensor.ops.soundness import check_op, op_spec

@@ -13,7 +13,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import simpg
-from gloo_runner import load_program, run_program_on_gloo
+from tests.support.gloo_runner import load_program, run_program_on_gloo
 
 RUN_TIMEOUT_S = 30.0  # per simpg.run: a hang becomes simpg's DeadlockError, not a stuck test
 GLOO_TIMEOUT_S = 120.0  # all gloo processes together; each starts torch and gloo (seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import simpg
-from tests.bench_loader import load_benchmark
+from tests.support.bench_loader import load_benchmark
 
 bench = load_benchmark("bench_simpg")
 REPS = {"rounds": 1, "starts": 1, "gloo_starts": 1, "warmup": 1, "small": 4, "large": 1}

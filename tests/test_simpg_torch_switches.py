@@ -32,7 +32,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")  # torch's 
 
 @pytest.fixture(scope="module")
 def program() -> ModuleType:
-    from gloo_runner import load_program
+    from tests.support.gloo_runner import load_program
 
     return load_program(PROGRAM)
 
@@ -119,7 +119,7 @@ def _assert_same(sim: Any, real: Any, where: str) -> None:
 
 @pytest.mark.gloo
 def test_every_case_equals_gloo_rank_for_rank_under_every_schedule(on_simpg, tmp_path):
-    from gloo_runner import run_program_on_gloo
+    from tests.support.gloo_runner import run_program_on_gloo
 
     on_gloo = run_program_on_gloo(PROGRAM, WORLD_SIZE, tmp_path, timeout_s=GLOO_TIMEOUT_S)
     for seed, ranks in on_simpg.items():

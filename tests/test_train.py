@@ -13,7 +13,7 @@ import pytest
 from examples import train
 from examples.train_report import (WEIGHT_TOLERANCE, collective_summary, mesh_dim_of,
                                    unique_records)
-from gloo_runner import torchrun_module
+from tests.support.gloo_runner import torchrun_module
 
 
 

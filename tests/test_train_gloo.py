@@ -11,7 +11,7 @@ import json
 import pytest
 
 from examples import train
-from gloo_runner import torchrun_module
+from tests.support.gloo_runner import torchrun_module
 
 ARGV = ["--mesh", "1x2x2", "--steps", "2", "--seq", "8"]
 

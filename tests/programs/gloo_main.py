@@ -1,4 +1,4 @@
-"""What every test program does as one gloo rank (tests/gloo_runner.py starts them): join the
+"""What every test program does as one gloo rank (tests/support/gloo_runner.py starts them): join the
 test's TCPStore, run the program, ``torch.save`` its result."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _loopback_env() -> dict[str, str]:
