@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import operator
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from simpg import collectives as C  # the ring traffic helpers are called directly: hot path
 from simpg import kernels as K  # Note [one pass over memory]
-from simpg.rendezvous import Call
-
-Traffic = tuple[tuple[int, ...], tuple[int, ...]]
-Result = tuple[list[Any], Callable[[], Traffic]]
+from simpg.collectives import Traffic
+from simpg.rendezvous import Call, Compute, Result
 
 
 _SHAPE = operator.attrgetter("shape")
@@ -194,7 +192,7 @@ def barrier(calls: list[Call]) -> Result:
     return [None] * len(calls), partial(C._barrier_traffic, len(calls))
 
 
-COMPUTE: dict[str, Callable[[list[Call]], Result]] = {
+COMPUTE: dict[str, Compute] = {
     "all_reduce": all_reduce,
     "all_gather": all_gather,
     "all_gather_into_tensor": all_gather_into_tensor,

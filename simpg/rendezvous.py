@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from simpg.collectives import Traffic
 from simpg.errors import CollectiveMismatchError
 from simpg.frames import is_library_file
 from simpg.records import CollectiveRecord
@@ -55,7 +56,10 @@ class Call:
         return f"{self.summary()} on group {self.group.label} at {self.site}"
 
 
-Compute = Callable[[list[Call]], tuple[list[Any], Callable[[], tuple]]]
+# what a collective returns once it ran: outputs by group rank, and its traffic, computed only
+# when a trace is open
+Result = tuple[list[Any], Callable[[], Traffic]]
+Compute = Callable[[list[Call]], Result]
 
 
 class Slot:
@@ -312,7 +316,7 @@ class Rendezvous:
 
     # -- trace ---------------------------------------------------------------------------------
     def _record(
-        self, op: str, group: GroupInfo, calls: list[Call], traffic: Callable[[], tuple]
+        self, op: str, group: GroupInfo, calls: list[Call], traffic: Callable[[], Traffic]
     ) -> None:
         seq = self.completed
         self.completed += 1
