@@ -6,7 +6,7 @@
 """
 
 from simpg import c10d_state as _c10d_state
-from simpg import isolation as _isolation
+from simpg import mesh_identity as _mesh_identity
 from simpg import testing  # noqa: F401 - torch's DTensorTestBase on simulated ranks
 from simpg.backend import register as _register
 from simpg.capabilities import UnsupportedCollectiveError, behave_as
@@ -29,7 +29,7 @@ from simpg.subtests import SubtestFailure, SubtestsFailed, run_subtests
 from simpg.trace import Trace, trace
 
 _c10d_state.install()
-_isolation.install()
+_mesh_identity.install()
 _register()
 
 __all__ = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import uuid
 import weakref
@@ -11,28 +10,15 @@ from typing import Any
 import torch.distributed as dist
 
 from simpg.capabilities import resolve
-from simpg.ops import COMPUTE
 from simpg.process_group import SimProcessGroup, group_class
-from simpg.rendezvous import GroupInfo, Rendezvous
-from simpg.world import World
-
-# (world, global rank) of the rank running in this context; set by simpg.run or on joining
-rank_context: contextvars.ContextVar[tuple[World, int] | None] = contextvars.ContextVar(
-    "simpg_rank", default=None
-)
+from simpg.rendezvous import GroupInfo
+from simpg.world import World, rank_context
 
 # Threads you start yourself find their world through the store they pass to
 # init_process_group: the first rank to arrive names the world there.
 _self_started: weakref.WeakValueDictionary[str, World] = weakref.WeakValueDictionary()
 _self_started_lock = threading.Lock()
 _MAX_SELF_STARTED_TIMEOUT_S = 300.0  # c10d's default is 30 min: far too long to wait on a hang
-
-
-def new_world(size: int, capabilities: str | None = None, **kwargs: Any) -> World:
-    world = World(size, **kwargs)
-    world.rendezvous = Rendezvous(world, COMPUTE)
-    world.capabilities = resolve(capabilities)  # Note [behaving as gloo]
-    return world
 
 
 def _join_self_started(opts: Any) -> tuple[World, int]:
@@ -42,7 +28,8 @@ def _join_self_started(opts: Any) -> tuple[World, int]:
     with _self_started_lock:
         world = _self_started.get(world_id)
         if world is None:
-            world = _self_started[world_id] = new_world(opts.group_size, timeout=timeout)
+            world = _self_started[world_id] = World(
+                opts.group_size, capabilities=resolve(None), timeout=timeout)
     world.join(opts.group_rank)
     rank_context.set((world, opts.group_rank))
     return world, opts.group_rank
@@ -68,8 +55,8 @@ def _create(opts: Any, backend_options: Any) -> SimProcessGroup:
         ranks = tuple(int(r) for r in opts.global_ranks_in_group)
         label = f"ranks({','.join(map(str, ranks))})"
     group = GroupInfo(str(opts.group_id), ranks, label)
-    world.rendezvous.register_group(group)  # type: ignore[attr-defined]
-    cls = group_class(world.capabilities)  # type: ignore[attr-defined]
+    world.rendezvous.register_group(group)
+    cls = group_class(world.capabilities)  # Note [behaving as gloo]
     return cls(world, group, opts.group_rank, is_default)
 
 

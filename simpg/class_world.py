@@ -30,10 +30,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simpg.backend import rank_context
 from simpg.isolation import restore, snapshot
 from simpg.runner import run
-from simpg.world import _CPU, World
+from simpg.scheduler import _CPU
+from simpg.world import World, rank_context
 
 class WorldEnded(Exception):
     """The kept world is over (a method failed, or it was closed): build another."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from simpg.world import World
+from simpg.scheduler import Scheduler
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,16 @@ def check_faults(faults: tuple[Fault, ...] | list[Fault],
     return by_rank
 
 
-def apply_fault(world: World, rank: int, op: str, site: object) -> None:
+def apply_fault(world: Scheduler, faults: Mapping[int, Sequence[Fault]], rank: int, op: str,
+                site: object) -> None:
     """Count the collective that ``rank`` (the calling one) issues and fire a fault planned
-    for it. A world without faults only counts: callers on the hot path check
-    ``world.faults`` first and call ``world.count_call`` themselves (Note [lean issue])."""
+    for it in ``faults`` (the world's, by rank). A world without faults only counts: callers
+    on the hot path check ``world.faults`` first and call ``world.count_call`` themselves
+    (Note [lean issue])."""
     k = world.count_call(rank)
-    if not world.faults:
+    if not faults:
         return
-    for fault in world.faults.get(rank, ()):
+    for fault in faults.get(rank, ()):
         if fault.call != k:
             continue
         if isinstance(fault, RaiseAt):

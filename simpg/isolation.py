@@ -9,7 +9,7 @@ one process, so three kinds of state would leak between ranks:
 2. process-wide caches keyed by a ``DeviceMesh`` (``_gen_transform_infos``, the redistribute
    planner cache, ``propagate_op_sharding``): torch's meshes compare equal across ranks, and
    some entries hold the rank's mesh coordinate. A mesh built on a simpg rank gets an
-   identity of its own, a token unique to that rank of that world (``_thread_id``, the field
+   identity of its own (``simpg.mesh_identity``), a token unique to that rank of that world (``_thread_id``, the field
    torch's own "threaded" backend sets to the thread id for the same reason; a thread id
    would be reused by the next world's threads, a token is not);
 3. process-wide switches (below, ``SWITCHES``): since ranks run one at a time
@@ -37,13 +37,9 @@ The limits, where simpg cannot give each rank its own copy:
 
 from __future__ import annotations
 
-import contextvars
 import copy
-import functools
-import itertools
 import operator
 import sys
-import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -198,50 +194,6 @@ def own(saved: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     return saved
 
 
-# -- meshes ---------------------------------------------------------------------------------
-
-_tokens = itertools.count(1 << 62)  # far from any real thread id
-_mesh_token: contextvars.ContextVar[int | None] = contextvars.ContextVar("simpg_mesh_token",
-                                                                        default=None)
-
-
-def _rank_token() -> int:
-    token = _mesh_token.get()
-    if token is None:
-        token = next(_tokens)
-        _mesh_token.set(token)
-    return token
-
-
-def _per_rank_mesh(original: Callable[..., None],
-                   rank_context: contextvars.ContextVar) -> Callable[..., None]:
-    @functools.wraps(original)
-    def init(mesh: Any, *args: Any, **kwargs: Any) -> None:
-        original(mesh, *args, **kwargs)
-        if rank_context.get() is not None and getattr(mesh, "_thread_id", None) is None:
-            mesh._thread_id = _rank_token()  # Note [per-rank process state], point 2
-            mesh._hash = None  # computed lazily from _thread_id too
-
-    init.simpg_per_rank = True  # type: ignore[attr-defined]
-    return init
-
-
-_install_lock = threading.Lock()
-
-
-def install() -> None:
-    """Give meshes built on simpg ranks a per-rank identity; idempotent."""
-    from torch.distributed.device_mesh import DeviceMesh
-
-    from simpg.backend import rank_context  # simpg.backend imports this module's importers
-
-    with _install_lock:
-        if getattr(DeviceMesh.__init__, "simpg_per_rank", False):
-            return
-        DeviceMesh.__init__ = _per_rank_mesh(DeviceMesh.__init__,  # type: ignore[method-assign]
-                                             rank_context)
-
-
 # -- what could not be isolated ------------------------------------------------------------
 
 class IsolationWarning(UserWarning):
@@ -273,5 +225,4 @@ def warn_shared(names: list[str]) -> None:
                       IsolationWarning, stacklevel=3)
 
 
-__all__ = ["IsolationWarning", "SWITCHES", "adopt", "install", "own", "restore", "snapshot",
-           "warn_shared"]
+__all__ = ["IsolationWarning", "SWITCHES", "adopt", "own", "restore", "snapshot", "warn_shared"]

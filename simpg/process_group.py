@@ -174,7 +174,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # Note [lean issue]
     # Every rank of every collective passes here, so its cost is paid N times per collective
-    # (Note [rank switches] in simpg/world.py has the whole budget). What it keeps off that
+    # (Note [rank switches] in simpg/scheduler.py has the whole budget). What it keeps off that
     # path: a reduce op already checked for this group and dtype is a dict hit
     # (``_checked_reduce_ops``); shapes stay ``torch.Size`` (equal to their tuples) and the
     # report text is a closure formatted only if a report needs it; a world without faults
@@ -189,7 +189,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if world.schedule_seed is not None:
             world.preempt()
         if world.faults:
-            apply_fault(world, self._rank, op, site)
+            apply_fault(world, world.faults, self._rank, op, site)
         else:
             world.count_call(self._rank)
         call = Call(op, self._group, self._group_rank, dtype, (op, dtype) + signature, summary,
@@ -453,7 +453,7 @@ class SimProcessGroup(dist.ProcessGroup):
         world.check_failed()
         site = caller_site()
         world.preempt()
-        apply_fault(world, self._rank, op, site)
+        apply_fault(world, world.faults, self._rank, op, site)
         return Call(op, self._group, self._group_rank, t.dtype, (op,), summary, {"inputs": t},
                     site)
 

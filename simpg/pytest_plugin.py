@@ -26,9 +26,9 @@ import pytest
 import torch.distributed.c10d_logger
 
 import simpg
-from simpg.backend import rank_context
 from simpg.frames import is_library_file
 from simpg.subtests import SELECT_ENV
+from simpg.world import rank_context
 
 TEST_TIMEOUT_S = 10.0  # short: a deadlock in a test should fail fast, not hang CI
 _MARKER_KWARGS = {"size", "timeout", "schedule_seed"}

@@ -8,11 +8,12 @@ each rank's buffers; the others sleep meanwhile.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -21,8 +22,16 @@ from simpg.collectives import Traffic
 from simpg.errors import CollectiveMismatchError
 from simpg.frames import is_library_file
 from simpg.records import CollectiveRecord
-from simpg.trace import comm_observer
-from simpg.world import World
+from simpg.scheduler import Scheduler
+
+# The rank's observer of its own issue and wait points (simpg.steprecorder sets it): its
+# ``issued(work)`` runs when the rank's call returns a Work, ``waited(work)`` when a wait on
+# it returns. None, the default, costs one lookup per call (Note [issue and wait points]).
+comm_observer: contextvars.ContextVar[Any] = contextvars.ContextVar("simpg_comm_observer",
+                                                                    default=None)
+
+# where a completed collective's record goes: the traces open when it completes
+Sink = Callable[[CollectiveRecord], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +89,7 @@ class Work(dist.Work):
 
     __slots__ = ("_world", "_call", "_slot", "_unwaited")  # one per call per rank: no dict
 
-    def __init__(self, world: World, call: Call, slot: Slot | PendingRecv,
+    def __init__(self, world: Scheduler, call: Call, slot: Slot | PendingRecv,
                  unwaited: dict[int, Work]) -> None:
         super().__init__()
         self._world, self._call, self._slot, self._unwaited = world, call, slot, unwaited
@@ -168,11 +177,18 @@ class _Message:
 
 
 class Rendezvous:
-    """All pending collectives and messages of one world."""
+    """All pending collectives and messages of one world.
 
-    def __init__(self, world: World, compute: dict[str, Compute]) -> None:
+    ``compute``: how each collective runs (``simpg.ops.COMPUTE``); ``sinks``: where the
+    record of each completed collective goes (``simpg.trace``; a trace opened inside a rank
+    adds its own while open).
+    """
+
+    def __init__(self, world: Scheduler, compute: Mapping[str, Compute],
+                 sinks: Iterable[Sink] = ()) -> None:
         self.world = world
         self._compute = compute
+        self.sinks: list[Sink] = list(sinks)
         self._slots: dict[tuple[str, tuple[int, int]], Slot] = {}
         self._inbox: dict[tuple[str, int], deque[_Message]] = {}
         self._posted: dict[tuple[str, int], list[PendingRecv]] = {}
@@ -320,7 +336,7 @@ class Rendezvous:
     ) -> None:
         seq = self.completed
         self.completed += 1
-        sinks = self.world.on_complete
+        sinks = self.sinks
         if not sinks:
             return
         first = calls[0]

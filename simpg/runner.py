@@ -13,16 +13,17 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 import torch.distributed as dist
 
-from simpg.backend import new_world, rank_context
 from simpg.c10d_state import RankC10dState, current_state
 from simpg.errors import RankAbandoned, SimpgError, own_failure
-from simpg.faults import Fault, check_faults
+from simpg.capabilities import resolve
+from simpg.faults import Fault
 from simpg.frames import user_location
 from simpg.isolation import restore, snapshot, warn_shared
 from simpg.stuck import clear_interrupt
 from simpg.trace import active_sinks
 from simpg.unwaited import check_unwaited
-from simpg.world import _CPU, World
+from simpg.scheduler import _CPU
+from simpg.world import World, rank_context
 
 T = TypeVar("T")
 
@@ -126,11 +127,10 @@ def run(
     with _CPU:  # Note [one rank runs at a time]: other worlds' ranks may be running
         caller_rng = torch.get_rng_state()
         caller_switches = snapshot()  # Note [per-rank process state]
-    world = new_world(world_size, capabilities, timeout=timeout, schedule_seed=schedule_seed,
-                      members_ready=True, rng_state=caller_rng, switches=caller_switches)
-    world.faults = check_faults(tuple(faults), world_size)
-    world.on_complete.extend(active_sinks())
-    world.interrupt_stuck = True
+    world = World(world_size, capabilities=resolve(capabilities), faults=faults,
+                  trace_sinks=active_sinks(), interrupt_stuck=True, timeout=timeout,
+                  schedule_seed=schedule_seed, members_ready=True, rng_state=caller_rng,
+                  switches=caller_switches)
     caller_hook = sys.excepthook  # init_process_group wraps it once per rank
     cpus = _rank_cpus(pin_threads)
     store = dist.HashStore()
@@ -169,7 +169,7 @@ def run(
         sys.excepthook = caller_hook
     if world.failure is not None:
         _raise_failure(world)
-    check_unwaited(world.rendezvous, strict_async)  # type: ignore[arg-type]
+    check_unwaited(world.rendezvous, strict_async)
     warn_shared(world.shared_switches)
     return results
 

@@ -30,7 +30,9 @@ from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispat
 from torch.utils._pytree import tree_leaves
 
 from simpg.overlap import Compute, Event, Issue, RankTimeline, Use, Wait
-from simpg.trace import Trace, comm_observer
+from simpg.rendezvous import comm_observer
+from simpg.trace import Trace
+from simpg.world import rank_context
 
 __all__ = ["record_step", "StepRecorder"]
 
@@ -292,8 +294,6 @@ class StepRecorder:
 
     # -- the block -----------------------------------------------------------------------------
     def __enter__(self) -> StepRecorder:
-        from simpg.backend import rank_context
-
         ctx = rank_context.get()
         if ctx is None:
             raise RuntimeError("record_step() records one rank: open it inside a simpg rank "

@@ -20,9 +20,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from simpg.backend import rank_context
 from simpg.errors import RankFailedError, SimpgError, causes, own_failure
 from simpg.frames import format_user_traceback, user_location
+from simpg.world import rank_context
 
 SELECT_ENV = "SIMPG_SUBTEST"  # run only the combination with this label (a rerun command)
 

@@ -43,13 +43,13 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from simpg.backend import rank_context
 from simpg.class_world import ClassWorld
 from simpg.dtensor_lib import choose_library
 from simpg.errors import RankFailedError
 from simpg.runner import run
 from simpg.subtests import run_subtests
 from simpg.torch_testcase import base_on_torch_test_case, thread_local_state
+from simpg.world import rank_context
 
 __all__ = [
     "DEVICE_TYPE",

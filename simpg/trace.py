@@ -9,15 +9,10 @@ from types import TracebackType
 from typing import Any, Callable
 
 from simpg.records import CollectiveRecord
+from simpg.world import World, rank_context
 
 _open: contextvars.ContextVar[tuple[Trace, ...]] = contextvars.ContextVar("simpg_traces",
                                                                          default=())
-
-# The rank's observer of its own issue and wait points (simpg.steprecorder sets it): its
-# ``issued(work)`` runs when the rank's call returns a Work, ``waited(work)`` when a wait on
-# it returns. None, the default, costs one lookup per call (Note [issue and wait points]).
-comm_observer: contextvars.ContextVar[Any] = contextvars.ContextVar("simpg_comm_observer",
-                                                                    default=None)
 
 
 class Trace:
@@ -37,15 +32,13 @@ class Trace:
         self.records: list[CollectiveRecord] = []
         self._lock = threading.Lock()
         self._token: contextvars.Token | None = None
-        self._world_sink: tuple[Any, Callable[[CollectiveRecord], None]] | None = None
+        self._world_sink: tuple[World, Callable[[CollectiveRecord], None]] | None = None
 
     def _add(self, record: CollectiveRecord) -> None:
         with self._lock:
             self.records.append(record)
 
     def __enter__(self) -> Trace:
-        from simpg.backend import rank_context  # a rank's trace hooks into its world
-
         self._token = _open.set(_open.get() + (self,))
         ctx = rank_context.get()
         if ctx is not None:
@@ -55,7 +48,7 @@ class Trace:
                 if rank in record.ranks:
                     self._add(record)
 
-            world.on_complete.append(sink)
+            world.rendezvous.sinks.append(sink)  # a rank's trace hooks into its world
             self._world_sink = (world, sink)
         return self
 
@@ -65,7 +58,7 @@ class Trace:
             _open.reset(self._token)
         if self._world_sink is not None:
             world, sink = self._world_sink
-            world.on_complete.remove(sink)
+            world.rendezvous.sinks.remove(sink)
 
     # -- summaries -----------------------------------------------------------------------------
     def count(self) -> Counter[str]:

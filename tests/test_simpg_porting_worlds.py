@@ -17,9 +17,9 @@ import unittest
 import torch
 import torch.distributed as dist
 
-from simpg.backend import rank_context
 from simpg.class_world import ClassWorld, WorldEnded
 from simpg.testing import DTensorTestBase, _kept_worlds
+from simpg.world import rank_context
 
 FAST_S = 10.0
 
