@@ -5,7 +5,7 @@
 Both libraries run in the same simpg world (4 ranks, a 1-D mesh), on the same 8x8 float32
 tensors, with warm caches; the plain-tensor column is the same op on rank 0's local pieces.
 "ours" dispatches through the compiled entry when it is built (Note [native fast path] in
-dtensor.native), and "ours, Python entry" through the pure-Python one, side by side.
+dtensor.dispatch.native), and "ours, Python entry" through the pure-Python one, side by side.
 Times are µs per op on rank 0, best of several rounds. A local op runs on rank 0 alone and is
 timed in the thread's CPU time (the machine's 2 cores are shared; CPU time is what dispatch
 costs, whatever else runs); a collective (a redistribute, the backward step's gradient
@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 import dtensor
 import simpg
-from dtensor import native
+from dtensor.dispatch import native
 
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions

@@ -33,6 +33,7 @@ import torch.distributed.tensor as tdt
 from torch.distributed.device_mesh import init_device_mesh as torch_init_device_mesh
 
 import dtensor
+from dtensor import redistribute
 import simpg
 from simpg.testing import torch_meshes_per_rank
 
@@ -77,8 +78,8 @@ def pairs_for(ndim: int) -> list[Pair]:
 
 def bound(pair: Pair, mesh_shape: tuple[int, ...], shape: tuple[int, ...]) -> int:
     src, dst = (placements("ours", p) for p in pair)
-    return dtensor.plan_bytes(dtensor.plan(src, dst, mesh_shape, shape, ITEMSIZE), mesh_shape,
-                              shape, ITEMSIZE)
+    steps = redistribute.plan(src, dst, mesh_shape, shape, ITEMSIZE)
+    return redistribute.plan_bytes(steps, mesh_shape, shape, ITEMSIZE)
 
 
 def full_tensor_for(shape: tuple[int, ...]) -> torch.Tensor:

@@ -732,7 +732,8 @@ def gloo_worker(args: argparse.Namespace) -> None:
 
 def run_gloo(args: argparse.Namespace, argv: list[str], timeout_s: float = 600
              ) -> dict[str, Side]:
-    """Start 2 worker processes of this script on 127.0.0.1 (as tests/support/gloo_runner.py does)."""
+    """Start 2 worker processes of this script on 127.0.0.1 (as tests/support/gloo_runner.py
+    does)."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout_s))
     env = dict(os.environ, OMP_NUM_THREADS="1",

@@ -1,19 +1,20 @@
-"""dtensor: our own DTensor runtime. This file only re-exports the public names."""
+"""dtensor: our own DTensor runtime. This file only re-exports the public names; the
+layers below are ``dtensor.redistribute`` (plans and moves between placements),
+``dtensor.comm`` (collectives), ``dtensor.ops`` (sharding rules), ``dtensor.dispatch`` (running
+ops on DTensors), and, on top, ``dtensor.parallel``, ``dtensor.checkpoint``, ``dtensor.graph``,
+``dtensor.experimental``. docs/architecture.md maps them."""
 
 from dtensor.layout import chunk_bounds, local_shape, local_slices, mesh_coordinates
-from dtensor.local_redistribute import redistribute_locals, shard_full, unshard
 from dtensor.placements import (Partial, Placement, PlacementError, PlacementTypeError,
                                 Replicate, Shard, normalize_placements)
-from dtensor.planner import Step, plan, plan_bytes, step_bytes
 from dtensor.mesh import (DeviceMesh, MeshDimError, MeshError, MeshSpec, current_mesh,
                           init_device_mesh)
-from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor, LocalTensorTypeError
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
 from dtensor.dispatch import NoShardingRuleError, check_replicated, fallback_policy
-from dtensor.foreign import MixedDTensorError
-from dtensor.outside_mesh import OutsideMeshError
-from dtensor import decompositions, foreach_norm, random_ops  # noqa: F401,E402  (Note [decompositions])
+from dtensor.dispatch.foreign import MixedDTensorError
+from dtensor.dispatch.outside_mesh import OutsideMeshError
+from dtensor import decompositions  # noqa: F401,E402  (registers them: Note [decompositions])
 from dtensor.parallel.api import distribute_module  # noqa: E402  (torch exports it here too)
 
 import torch as _torch  # noqa: E402
@@ -31,11 +32,9 @@ _torch.serialization.add_safe_globals(
     [_tensor._rebuild, _mesh._restore_mesh, Shard, Replicate, Partial])
 
 __all__ = [
-    "Partial", "Placement", "PlacementError", "PlacementTypeError", "Replicate", "Shard", "Step",
+    "Partial", "Placement", "PlacementError", "PlacementTypeError", "Replicate", "Shard",
     "chunk_bounds", "local_shape", "local_slices", "mesh_coordinates", "normalize_placements",
-    "plan", "plan_bytes", "redistribute_locals", "shard_full", "step_bytes", "unshard",
     "DeviceMesh", "MeshDimError", "MeshError", "MeshSpec", "current_mesh", "init_device_mesh",
-    "redistribute_local_tensor",
     "DTensor", "distribute_module", "distribute_tensor", "empty", "full", "ones", "rand",
     "randn", "zeros",
     "LocalTensorTypeError", "MixedDTensorError", "NoShardingRuleError", "OutsideMeshError",

@@ -77,7 +77,7 @@ class Redistribute(torch.autograd.Function):
     Where no gradient can flow (grad mode off, or the input needs none) ``apply`` runs the
     move without autograd's Function machinery, which costs more than a cached move itself.
     With ``async_op`` the forward returns with its last collective in flight (Note [async
-    redistribute] in dtensor/comm.py); the backward is synchronous.
+    redistribute] in dtensor/comm/collectives.py); the backward is synchronous.
     """
 
     @classmethod
@@ -113,7 +113,7 @@ def _redistributed(dt: DTensor, placements: tuple[Placement, ...],
                    async_op: bool = False) -> DTensor:
     """``dt`` moved to ``placements`` by its cached program (Note [compiled plans]); with
     ``async_op``, before its last collective is done (Note [async redistribute] in
-    dtensor/comm.py)."""
+    dtensor/comm/collectives.py)."""
     local, spec = dt._local_tensor, dt._spec
     if forward_dtype is not None and forward_dtype != local.dtype:
         local = local.to(forward_dtype)
@@ -135,7 +135,7 @@ def _redistributed(dt: DTensor, placements: tuple[Placement, ...],
 def _in_flight(dt: DTensor, handle: Handle[torch.Tensor], local: torch.Tensor,
                spec: DTensorSpec, requires_grad: bool) -> DTensor:
     """A DTensor of ``spec`` whose piece is ``handle``'s result, waited at its first use
-    (Note [async redistribute] in dtensor/comm.py)."""
+    (Note [async redistribute] in dtensor/comm/handles.py)."""
     if not handle.in_flight:  # only local steps, or nothing to move
         return type(dt)(handle.wait(), spec, requires_grad=requires_grad)
     src = dt._spec

@@ -13,7 +13,7 @@ constant of the process.
 
 AOTAutograd then runs ``__torch_dispatch__`` with fake local tensors and under
 functionalization: the sharding decision is pure Python on specs and runs as in eager; the
-collectives go through ``dtensor.comm_functional`` (Note [functional collectives]).
+collectives go through ``dtensor.comm.functional`` (Note [functional collectives]).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from dtensor.debug_comm import CommDebugMode  # noqa: F401  (torch: tensor.debug.CommDebugMode)
+from dtensor.comm.debug_mode import CommDebugMode  # noqa: F401  (torch: tensor.debug.CommDebugMode)
 from dtensor.ops.propagate import Decision, format_candidate
 
 log = logging.getLogger("dtensor")

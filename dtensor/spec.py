@@ -61,7 +61,7 @@ class DTensorSpec:
     stride: tuple[int, ...] = field(compare=False, hash=False, repr=False)
     dtype: torch.dtype = field(compare=False, hash=False, repr=False)
     # target placements -> (spec there, this rank's compiled plan): redistribute.program_to's
-    # cache (Note [compiled plans] in dtensor/redistribute.py); not part of the value
+    # cache (Note [compiled plans] in dtensor/redistribute/execute.py); not part of the value
     moves: dict = field(compare=False, hash=False, repr=False)
 
     def __init__(self, mesh: DeviceMesh, placements: Sequence[Placement],

@@ -10,10 +10,10 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _foreach_utils
 
-from dtensor import _autograd, compile as _compile, native
-from dtensor.dispatch import torch_dispatch
-from dtensor.checks import check_local_shapes
-from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
+from dtensor import _autograd, compile as _compile
+from dtensor.dispatch import bind, torch_dispatch
+from dtensor.dispatch.checks import check_local_shapes
+from dtensor.dispatch.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.placements import Placement, PlacementError, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials
@@ -190,7 +190,7 @@ class DTensor(torch.Tensor):
         Of the result of ``redistribute(..., async_op=True)`` not used yet, it is an
         ``AsyncCollectiveTensor``, as torch's is: its collective is still in flight, the
         first op on it waits, and its ``wait()`` gives the plain tensor (Note [async
-        redistribute] in dtensor/comm.py)."""
+        redistribute] in dtensor/comm/collectives.py)."""
         gp = None
         if grad_placements is not None:  # checked now, not when a backward finds it wrong
             gp = normalize_placements(grad_placements, self.dim(), self._spec.mesh.ndim,
@@ -215,7 +215,7 @@ class DTensor(torch.Tensor):
         Work done in between overlaps the collective. A collective that fails raises an
         ``AsyncCollectiveError`` at that first use. Only the forward is asynchronous; the
         backward's collectives run synchronously (Note [async redistribute] in
-        dtensor/comm.py).
+        dtensor/comm/collectives.py).
 
         >>> import torch, simpg
         >>> from dtensor import init_device_mesh, distribute_tensor, Shard, Replicate
@@ -242,7 +242,7 @@ class DTensor(torch.Tensor):
         if placements is None:
             raise PlacementError("redistribute needs placements, one per mesh dim")
         if mesh != self._spec.mesh:  # Note [cross-mesh moves]
-            from dtensor.cross_mesh import move_to_mesh
+            from dtensor.redistribute.cross_mesh import move_to_mesh
             target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
             return move_to_mesh(self, mesh, target)
         for name, dt in (("forward_dtype", forward_dtype), ("backward_dtype", backward_dtype)):
@@ -348,9 +348,9 @@ def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Pla
     return DTensor(local, spec, requires_grad=requires_grad)
 
 
-# Note [native fast path] in dtensor.native: the compiled entry, when built, falls back on
-# torch_dispatch for every call it does not take
-DTensor.__torch_dispatch__ = classmethod(native.bind(DTensor, torch_dispatch))  # type: ignore
+# Note [native fast path] in dtensor.dispatch.native: the compiled entry, when built, falls
+# back on torch_dispatch for every call it does not take
+DTensor.__torch_dispatch__ = classmethod(bind(DTensor))  # type: ignore
 
 # torch's optimizers and clip_grad_norm_ take their foreach path (one kernel, and for us one
 # sharding decision and one collective per list) only for the types listed here

@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from dtensor.dispatch import _written
+from dtensor.dispatch.general import _written
 from dtensor.ops.propagate import Decision, candidates, decide
 from dtensor.ops.registry import REGISTRY, TensorSpec
 from dtensor.ops.soundness import op_spec

@@ -19,10 +19,11 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from dtensor.dispatch import _written, fallback_policy
+from dtensor.dispatch import fallback_policy
+from dtensor.dispatch.general import _written
 from simpg.errors import SimpgError
 from dtensor.layout import local_slices
-from dtensor.local_redistribute import shard_full, unshard
+from dtensor.redistribute.reference import shard_full, unshard
 from dtensor.ops.propagate import candidates, decide
 from dtensor.ops.registry import REGISTRY, TensorSpec
 from dtensor.ops.soundness import check_candidate, op_spec

@@ -12,6 +12,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
     touch "$stamp"
 fi
-# the compiled dispatch entry (Note [native fast path] in dtensor/native): seconds when its
+# the compiled dispatch entry (Note [native fast path] in dtensor/dispatch/native): seconds when its
 # source changed, nothing otherwise; without a compiler dtensor keeps its Python entry
-.venv/bin/python dtensor/native/build.py
+.venv/bin/python dtensor/dispatch/native/build.py

@@ -24,11 +24,11 @@ from torch.distributed.tensor.debug import CommDebugMode as TorchCommDebugMode
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import dtensor
-import dtensor.debug_comm
+import dtensor.comm.debug_mode
 import simpg
 from dtensor import comm
 from dtensor.debug import CommDebugMode
-from dtensor.debug_comm import comm_counts_by_kind
+from dtensor.comm.debug_mode import comm_counts_by_kind
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
 
 RUN_TIMEOUT_S = 30.0
@@ -411,12 +411,12 @@ def test_nothing_is_counted_outside_the_block() -> None:
         inner_after = CommDebugMode()  # never entered: counts nothing
         t.full_tensor()
         return (mode.get_total_counts(), inner_after.get_total_counts(),
-                [r.kind for r in mode.records], dtensor.debug_comm._comm_log.get() is
-                dtensor.debug_comm._OPEN)
+                [r.kind for r in mode.records], dtensor.comm.debug_mode._comm_log.get() is
+                dtensor.comm.debug_mode._OPEN)
 
     for result in _run(body):
         assert result == (1, 0, ["all_gather"], True)
-    assert not dtensor.debug_comm._OPEN and not dtensor.debug_comm._hooks
+    assert not dtensor.comm.debug_mode._OPEN and not dtensor.comm.debug_mode._hooks
 
 
 def test_reentering_clears_and_an_open_mode_cannot_be_entered_again() -> None:
@@ -482,7 +482,7 @@ def test_a_backward_on_another_thread_finds_the_mode_of_the_rank_that_launched_i
     def elsewhere(fn: Callable[..., Any], *args: Any) -> Any:
         ctx = contextvars.Context()
         for var, value in contextvars.copy_context().items():
-            if var is not dtensor.debug_comm._comm_log:
+            if var is not dtensor.comm.debug_mode._comm_log:
                 ctx.run(var.set, value)
         return ctx.run(fn, *args)
 
@@ -540,4 +540,4 @@ def test_torch_counts_get_readable_keys() -> None:
 
 
 def test_doctests() -> None:
-    assert doctest.testmod(dtensor.debug_comm, raise_on_error=False).failed == 0
+    assert doctest.testmod(dtensor.comm.debug_mode, raise_on_error=False).failed == 0

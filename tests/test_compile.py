@@ -23,7 +23,6 @@ from dtensor import (
     Replicate,
     Shard,
     comm,
-    comm_functional,
     distribute_tensor,
     init_device_mesh,
 )
@@ -205,18 +204,18 @@ def test_functional_collectives_equal_comm() -> None:
     shapes = [(2, 3), (2, 3), (1, 3)]  # uneven, as Shard(0) of 5 rows over 3 ranks
     mine = torch.arange(6.0)[: 3 * shapes[me][0]].reshape(shapes[me]) + 10 * me
     caps = comm.capabilities
-    for got, want in zip(comm_functional.all_gather(mine, shapes, group, caps=caps),
+    for got, want in zip(comm.functional.all_gather(mine, shapes, group, caps=caps),
                          comm.all_gather(mine, shapes, group)):
         torch.testing.assert_close(got, want)
     for op in ("sum", "avg", "max"):
-        torch.testing.assert_close(comm_functional.all_reduce(mine[:1], group, op, caps=caps),
+        torch.testing.assert_close(comm.functional.all_reduce(mine[:1], group, op, caps=caps),
                                    comm.all_reduce(mine[:1], group, op))
         pieces = [torch.full(s, float(me + 1)) for s in shapes]
-        torch.testing.assert_close(comm_functional.reduce_scatter(pieces, group, op, caps=caps),
+        torch.testing.assert_close(comm.functional.reduce_scatter(pieces, group, op, caps=caps),
                                    comm.reduce_scatter(pieces, group, op))
     sends = [torch.full((j + 1,), float(me)) for j in range(3)]
     outs = [(me + 1,)] * 3
-    for got, want in zip(comm_functional.all_to_all(sends, outs, group, caps=caps),
+    for got, want in zip(comm.functional.all_to_all(sends, outs, group, caps=caps),
                          comm.all_to_all(sends, outs, group)):
         torch.testing.assert_close(got, want)
 

@@ -1,4 +1,4 @@
-"""Moving a DTensor to another mesh (Note [cross-mesh moves] in dtensor.cross_mesh): disjoint,
+"""Moving a DTensor to another mesh (Note [cross-mesh moves] in dtensor.redistribute.cross_mesh): disjoint,
 overlapping and same-rank meshes, even and uneven, Partial on either side; every target rank
 receives exactly the elements it lacks (checked element by element against brute force, and
 in simpg's trace); the gradient makes the reverse move. torch's DTensor refuses the move
@@ -15,7 +15,7 @@ import torch.distributed as dist
 import dtensor
 import simpg
 from dtensor import DeviceMesh, Partial, Replicate, Shard
-from dtensor.cross_mesh import mesh_boxes, plan_move
+from dtensor.redistribute.cross_mesh import mesh_boxes, plan_move
 from dtensor.layout import box_numel, local_slices
 
 S0, S1, R = Shard(0), Shard(1), Replicate()

@@ -1,6 +1,6 @@
 """The dispatcher's fast path (Note [fast path] in dtensor/dispatch.py): a repeated call
 takes it and gives what the general path gives; calls it must not take stay off it. Every
-test runs through both entries: the compiled one (Note [native fast path] in dtensor.native)
+test runs through both entries: the compiled one (Note [native fast path] in dtensor.dispatch.native)
 and the Python one."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dtensor import DTensor, Replicate, Shard, distribute_tensor, native
+from dtensor import DTensor, Replicate, Shard, distribute_tensor
+from dtensor.dispatch import native
 from dtensor.debug import explain_ops
 from tests.support.mesh_world import run_on_mesh as _world
 

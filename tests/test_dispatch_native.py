@@ -1,4 +1,4 @@
-"""The compiled dispatch entry (Note [native fast path] in dtensor.native): built where a
+"""The compiled dispatch entry (Note [native fast path] in dtensor.dispatch.native): built where a
 compiler is, never compiled at import, switched off by DTENSOR_NATIVE=0 or a stale build, and
 indistinguishable from the Python entry in what it returns."""
 
@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dtensor import DTensor, Replicate, Shard, distribute_tensor, native
-from dtensor.native import build
+from dtensor import DTensor, Replicate, Shard, distribute_tensor
+from dtensor.dispatch import native
+from dtensor.dispatch.native import build
 from tests.support.mesh_world import run_on_mesh as _world
 from opdb_tests.causes import of_exception
 
@@ -46,7 +47,7 @@ def _in_subprocess(code: str, **env: str) -> str:
 
 
 def test_dtensor_native_0_keeps_the_python_entry():
-    code = ("from dtensor import DTensor, native; from dtensor.dispatch import torch_dispatch; "
+    code = ("from dtensor import DTensor; from dtensor.dispatch import native, torch_dispatch; "
             "print(DTensor.__dict__['__torch_dispatch__'].__func__ is torch_dispatch, "
             "native.REASON)")
     assert _in_subprocess(code, DTENSOR_NATIVE="0") == "True switched off by DTENSOR_NATIVE=0"
@@ -68,7 +69,7 @@ def test_a_stale_build_is_not_loaded(monkeypatch):
 def test_the_build_is_skipped_when_its_source_has_not_changed():
     if not build.up_to_date():
         pytest.skip(f"no current build: {native.REASON}")
-    out = subprocess.run([sys.executable, str(ROOT / "dtensor/native/build.py")], cwd=ROOT,
+    out = subprocess.run([sys.executable, str(ROOT / "dtensor/dispatch/native/build.py")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "up to date" in out.stdout, out.stderr
 

@@ -110,7 +110,7 @@ def test_vmap_of_embedding_over_sharded_batches_matches_torch_and_moves_the_indi
                                       lib.distribute_tensor(w, mesh, [lib.Shard(0)]))
         moved = None
         if lib.name == "ours":
-            from dtensor.debug_comm import CommDebugMode
+            from dtensor.comm.debug_mode import CommDebugMode
 
             with CommDebugMode() as comm:
                 torch.vmap(F.embedding)(lib.distribute_tensor(ids, mesh, [lib.Shard(0)]),

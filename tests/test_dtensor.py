@@ -250,5 +250,5 @@ def test_fill_and_zero_keep_placements_where_the_value_allows(placements):
     for (fp, fv), zp, zv in _in_world((2,), body):
         assert torch.equal(fv, torch.full(tuple(fv.shape), 2.5)) and not zv.any()
         # fill_ keeps every placement (a P(sum) holds the value as one addend:
-        # dtensor.random_ops), and so does zero_
+        # dtensor.decompositions.random), and so does zero_
         assert fp == zp == tuple(placements)

@@ -116,7 +116,7 @@ def test_an_8b_llama_on_meta_takes_an_eighth_per_rank_and_no_collective():
         assert mine == pytest.approx(whole / 8, rel=1e-3)  # the norms are whole over tp
 
 
-# Note [fills in chunks] in dtensor/random_ops.py: (op, arguments after the target)
+# Note [fills in chunks] in dtensor/decompositions/random.py: (op, arguments after the target)
 CHUNKED_FILLS = {
     "uniform_": (torch.ops.aten.uniform_.default, [-1.0, 2.0]),
     "normal_": (torch.ops.aten.normal_.default, [1.0, 3.0]),
@@ -139,7 +139,7 @@ def test_a_fill_in_chunks_draws_what_one_whole_fill_draws(name, dtype):
     dims, uneven pieces on a 2x2 mesh: every piece and the generator's next draw equal one
     device's whole fill."""
     from dtensor.layout import local_box
-    from dtensor.random_ops import _fill_by_rows
+    from dtensor.decompositions.random import _fill_by_rows
 
     op, rest = CHUNKED_FILLS[name]
     cases = [((1001,), [Shard(0), Replicate()]), ((968,), [Shard(0), Shard(0)]),  # tail 8
@@ -165,7 +165,7 @@ def test_a_fill_in_chunks_draws_what_one_whole_fill_draws(name, dtype):
 
 def test_a_large_sharded_parameter_is_initialised_in_chunks_like_one_device():
     """Through the op: uniform_ and normal_ of a target above CHUNK_ELEMENTS."""
-    from dtensor.random_ops import CHUNK_ELEMENTS
+    from dtensor.decompositions.random import CHUNK_ELEMENTS
 
     shape = (CHUNK_ELEMENTS // 1000 + 3, 1000)
 

@@ -10,7 +10,7 @@ import pytest
 
 from dtensor import Partial, Replicate, Shard
 from dtensor.graph.costs import ReshardTable
-from dtensor.planner import plan, plan_bytes
+from dtensor.redistribute.planner import plan, plan_bytes
 
 R = Replicate()
 

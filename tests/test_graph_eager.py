@@ -17,7 +17,7 @@ import torch.distributed as dist
 import dtensor
 import simpg
 from dtensor import Replicate, Shard
-from dtensor.debug_comm import KINDS, CommDebugMode
+from dtensor.comm.debug_mode import KINDS, CommDebugMode
 from dtensor.graph.annotate import HINT_OP
 from dtensor.graph import (EagerPlan, EagerPlanError, GraphShardingError, ShardSpec,
                            capture_train_step, following, infer, shard_hint)

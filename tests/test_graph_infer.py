@@ -12,7 +12,7 @@ import torch
 from dtensor import Replicate, Shard
 from dtensor.graph import (Problem, ShardSpec, capture, capture_fn, capture_train_step, infer,
                            shard_hint, solve)
-from dtensor.planner import plan, plan_bytes
+from dtensor.redistribute.planner import plan, plan_bytes
 
 R = Replicate()
 

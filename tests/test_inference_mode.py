@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import dtensor
 from dtensor import Replicate, Shard
-from dtensor.debug_comm import CommDebugMode
+from dtensor.comm.debug_mode import CommDebugMode
 
 _g = torch.Generator().manual_seed(0)
 X = torch.randn(8, 6, 16, generator=_g)        # batch, sequence, features

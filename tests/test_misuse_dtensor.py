@@ -2,7 +2,7 @@
 limit, raises its specific error type with a message that says what was wrong and what was
 expected. One row per misuse: (id, world size, program, error type, message pattern).
 
-The simpg side is tests/test_misuse_simpg.py.
+The simpg side is tests/simpg/test_misuse.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import simpg
 from dtensor import (DeviceMesh, DTensor, MeshDimError, MeshError, MixedDTensorError,
                      NoShardingRuleError, Partial, PlacementError, Replicate, Shard,
                      distribute_tensor, fallback_policy, init_device_mesh)
-from dtensor.local_redistribute import StepError
+from dtensor.redistribute.reference import StepError
 from dtensor.ops.propagate import ShardingError
 from dtensor.parallel import ColwiseParallel, fully_shard, parallelize_module
 from dtensor.parallel.errors import ParallelPlanError, ParallelStyleError

@@ -16,11 +16,12 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-import dtensor.foreach_norm  # noqa: F401  (registers its decomposition)
+import dtensor.decompositions.foreach_norm  # noqa: F401  (registers its decomposition)
 import simpg
 from tests.support.mesh_world import run_on_mesh
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy,
-                     mesh_coordinates, shard_full, unshard)
+                     mesh_coordinates)
+from dtensor.redistribute import shard_full, unshard
 from dtensor.ops.foreach import foreach_overloads
 from dtensor.ops.propagate import Candidate, candidates, decide
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dtensor.layout import local_slices, mesh_coordinates
-from dtensor.local_redistribute import StepError, redistribute_locals, shard_full, unshard
+from dtensor.redistribute.reference import StepError, redistribute_locals, shard_full, unshard
 from dtensor.placements import (Partial, PlacementError, Replicate, Shard, fmt_placements,
                                 normalize_placements)
-from dtensor.planner import STEP_KINDS, Step, plan, plan_bytes, step_bytes, step_received
+from dtensor.redistribute.planner import STEP_KINDS, Step, plan, plan_bytes, step_bytes, step_received
 
 S0, S1, R = Shard(0), Shard(1), Replicate()
 P, PAVG, PMAX = Partial("sum"), Partial("avg"), Partial("max")

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from dtensor import planner
+from dtensor.redistribute import planner
 from dtensor.placements import Partial, Replicate, Shard
 
 R = Replicate()

@@ -1,4 +1,4 @@
-"""Note [sharded random ops] in dtensor/random_ops.py: every random op on sharded DTensors
+"""Note [sharded random ops] in dtensor/decompositions/random.py: every random op on sharded DTensors
 gives, piece by piece, one device's draw for the same seed, leaves the generator where one
 device leaves it, keeps the layout, and never takes the gathering fallback."""
 

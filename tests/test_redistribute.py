@@ -22,15 +22,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import dtensor.comm
-import dtensor.redistribute
+import dtensor.redistribute.execute
 import simpg
 from dtensor import comm
 from dtensor.layout import mesh_coordinates
-from dtensor.local_redistribute import StepError, redistribute_locals, shard_full
+from dtensor.redistribute.reference import StepError, redistribute_locals, shard_full
 from dtensor.mesh import DeviceMesh, init_device_mesh
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
                                 fmt_placements, normalize_placements)
-from dtensor.planner import Step, plan, step_received
+from dtensor.redistribute.planner import Step, plan, step_received
 from dtensor.redistribute import redistribute_local_tensor
 
 PER_DIM = (Shard(0), Shard(1), Replicate(), Partial("sum"), Partial("max"))
@@ -244,8 +244,8 @@ def test_step_error_for_an_impossible_step():
         mesh = init_device_mesh("cpu", (2,))
         bad = Step("all_gather", (0,), (Replicate(),), (Shard(0),))
         with pytest.raises(StepError, match="all_gather needs one S"):
-            dtensor.redistribute.COMPILERS["all_gather"](
-                bad, dtensor.redistribute._Where(mesh, (2,), (2,), (0,)))
+            dtensor.redistribute.execute.COMPILERS["all_gather"](
+                bad, dtensor.redistribute.execute._Where(mesh, (2,), (2,), (0,)))
 
     simpg.run(body, 2)
 
@@ -282,7 +282,7 @@ def test_comm_errors_name_the_mismatch():
 
 
 def test_doctests():
-    for module in (dtensor.comm, dtensor.redistribute):
+    for module in (dtensor.comm.collectives, dtensor.redistribute.execute):
         assert doctest.testmod(module, raise_on_error=False).failed == 0
 
 

@@ -1,4 +1,4 @@
-"""``DTensor.redistribute(..., async_op=True)`` (Note [async redistribute] in dtensor/comm.py).
+"""``DTensor.redistribute(..., async_op=True)`` (Note [async redistribute] in dtensor/comm/handles.py).
 
 The result comes back with its last collective in flight: these tests see it in flight when
 ``redistribute`` returns (its piece not waited, simpg's trace without the collective's
@@ -21,7 +21,7 @@ from torch import nn
 
 import simpg
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
-from dtensor import native
+from dtensor.dispatch import native
 from dtensor.comm import AsyncCollectiveError, AsyncCollectiveTensor, Handle
 from dtensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                               RowwiseParallel, parallelize_module)

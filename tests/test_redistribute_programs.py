@@ -1,6 +1,6 @@
 """Compiled redistribute plans and prepared collectives: the cached path gives what the
-general one gives (Note [compiled plans] in dtensor/redistribute.py, Note [prepared
-collectives] in dtensor/comm.py)."""
+general one gives (Note [compiled plans] in dtensor/redistribute/execute.py, Note [prepared
+collectives] in dtensor/comm/collectives.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.distributed as dist
 import simpg
 from dtensor import Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from dtensor import comm
-from dtensor.debug_comm import CommDebugMode
+from dtensor.comm.debug_mode import CommDebugMode
 from dtensor.redistribute import program, program_to
 from dtensor.spec import DTensorSpec
 from tests.test_redistribute import make_cases

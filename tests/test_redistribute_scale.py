@@ -1,5 +1,5 @@
 """Redistribute at scale: one buffer per collective where the pieces allow (Note [one buffer
-per collective] in dtensor/comm.py), per-group layouts computed once, and a smoke test of
+per collective] in dtensor/comm/collectives.py), per-group layouts computed once, and a smoke test of
 benchmarks/bench_scale.py at tiny sizes (no timing thresholds)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import torch.distributed as dist
 from tests.support.bench_loader import load_benchmark
 
 import simpg
-from dtensor import collective_layout as cl
-from dtensor.local_redistribute import redistribute_locals, shard_full
+from dtensor.redistribute import collective_layout as cl
+from dtensor.redistribute.reference import redistribute_locals, shard_full
 from dtensor.mesh import init_device_mesh
 from dtensor.placements import Partial, Replicate, Shard
-from dtensor.planner import plan
+from dtensor.redistribute.planner import plan
 from dtensor.redistribute import redistribute_local_tensor
 
 S0, S1, R, P = Shard(0), Shard(1), Replicate(), Partial("sum")

@@ -2,8 +2,8 @@
 
 Note [reshard tables]
 Inference prices thousands of (source, target) placement pairs per value class (Note [even
-dims scale] in ``dtensor.graph.problem``). ``dtensor.planner.plan`` answers one pair with its
-own Dijkstra (~10 ms), but only its bytes are needed here, and they are a shortest-path
+dims scale] in ``dtensor.graph.problem``). ``dtensor.redistribute.plan`` answers one pair with
+its own Dijkstra (~10 ms), but only its bytes are needed here, and they are a shortest-path
 distance over a graph that does not depend on the target: the planner's states are every
 placement list over its universe (each tensor dim's Shard, Replicate, and the Partial kinds
 of the pair), its edges the single steps ``classify`` finds between two states, priced by
@@ -26,7 +26,7 @@ import itertools
 from functools import lru_cache
 
 from dtensor.placements import Partial, Placement, Replicate, Shard, normalize_placements
-from dtensor.planner import _FULL_ENUMERATION, classify, plan, plan_bytes, step_bytes
+from dtensor.redistribute.planner import _FULL_ENUMERATION, classify, plan, plan_bytes, step_bytes
 
 Pl = tuple[Placement, ...]
 

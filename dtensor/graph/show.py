@@ -19,7 +19,7 @@ from torch import fx
 from dtensor.graph.infer import Solution, local_cost
 from dtensor.graph.problem import Pl, Problem
 from dtensor.placements import fmt_placements
-from dtensor.planner import Step, plan, plan_bytes
+from dtensor.redistribute.planner import Step, plan, plan_bytes
 
 
 @dataclass(frozen=True)

@@ -145,9 +145,9 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
 
 # Note [styles move asynchronously]
 # As torch's ColwiseParallel, RowwiseParallel and SequenceParallel do, their moves are issued
-# with async_op=True (Note [async redistribute] in dtensor/comm.py): the hook returns with the
-# collective in flight and the wait happens at the first op on the result. That op may be far:
-# a module's output goes back to the caller (a row-wise projection's all_reduce overlaps
+# with async_op=True (Note [async redistribute] in dtensor/comm/handles.py): the hook returns
+# with the collective in flight and the wait happens at the first op on the result. That op
+# may be far: a module's output goes back to the caller (a row-wise projection's all_reduce overlaps
 # whatever runs before the residual add; with use_local_output the local piece stays in
 # flight too). PrepareModuleInput moves asynchronously too, where torch's waits: it issues
 # the collectives of all its inputs before any is waited, and a DTensor input (the default,

@@ -2,7 +2,7 @@
 
 It uses only ``torch.distributed`` and the default group (no simpg import), on integer data
 so that any two correct backends must agree bit for bit. ``program()`` returns a dict of
-int64 tensors; ``tests/test_simpg_dropin.py`` runs it with ``simpg.run`` and, as a script,
+int64 tensors; ``tests/simpg/test_dropin.py`` runs it with ``simpg.run`` and, as a script,
 on ``WORLD_SIZE`` gloo processes:
 
     python tests/programs/collectives_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH

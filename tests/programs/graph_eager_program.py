@@ -24,7 +24,7 @@ for path in (ROOT, ROOT / "tests" / "programs"):
 
 import dtensor  # noqa: E402
 from dtensor import Replicate, Shard  # noqa: E402
-from dtensor.debug_comm import KINDS, CommDebugMode  # noqa: E402
+from dtensor.comm.debug_mode import KINDS, CommDebugMode  # noqa: E402
 from dtensor.graph import ShardSpec, capture_train_step, following, infer  # noqa: E402
 
 

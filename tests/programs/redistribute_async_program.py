@@ -1,4 +1,4 @@
-"""Async redistributes (Note [async redistribute] in dtensor/comm.py), run unchanged on simpg
+"""Async redistributes (Note [async redistribute] in dtensor/comm/handles.py), run unchanged on simpg
 and on real gloo processes (4 ranks): each result is checked in flight when ``redistribute``
 returns, then used after local work; integer-valued float64 data, so both backends must agree
 bit for bit. ``tests/test_redistribute_async.py`` runs ``program()`` both ways:

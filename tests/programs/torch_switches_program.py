@@ -3,7 +3,7 @@ gloo processes (4 ranks, a 1-d cpu mesh).
 
 Each case enters a switch on every rank and does collectives inside it, so that on simpg one
 rank leaves (or changes) the switch while the others are still inside: each rank must see
-only its own switch, as each process does. ``tests/test_simpg_torch_switches.py`` runs the
+only its own switch, as each process does. ``tests/simpg/test_torch_switches.py`` runs the
 cases with ``simpg.run`` under many schedules and, as this script, on 4 gloo processes:
 
     python tests/programs/torch_switches_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH

@@ -17,9 +17,9 @@ that only returns its argument costs that much), key 0.09, lookup and checks 0.1
 through the dispatcher 0.59, the wrapper 0.2, freeing the result and the rest about 0.6:
 3.4 in all, where the Python entry takes 6.2 and torch's DTensor 7-8.
 
-Built by ``scripts/setup.sh`` (``python -m dtensor.native.build``) into ``_build/``; never at
-import. Absent, stale (its source changed since) or switched off with ``DTENSOR_NATIVE=0``,
-dtensor uses the Python entry; ``REASON`` says why.
+Built by ``scripts/setup.sh`` (``python -m dtensor.dispatch.native.build``) into
+``_build/``; never at import. Absent, stale (its source changed since) or switched off with
+``DTENSOR_NATIVE=0``, dtensor uses the Python entry; ``REASON`` says why.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import threading
 from types import ModuleType
 from typing import Any, Iterator
 
-from dtensor.native import build as _build
+from dtensor.dispatch.native import build as _build
 
 REASON = ""
 
@@ -63,18 +63,8 @@ def _load() -> ModuleType | None:
 MODULE = _load()
 
 
-def bind(dtensor_class: type, python_entry: Any) -> Any:
-    """The ``__torch_dispatch__`` to install: the compiled entry bound to ``dtensor_class``
-    and ``python_entry`` (its fallback), or ``python_entry`` when there is none."""
-    if MODULE is None:
-        return python_entry
-    from dtensor import debug, dispatch
-    from dtensor.spec import DTensorSpec, TensorSpec
-
-    MODULE.bind(dtensor_class, python_entry, dispatch._SCALARS, debug._records,
-                dispatch._check_plain, debug._ENV, debug._debug_env, TensorSpec, DTensorSpec,
-                dispatch._FastPlan, _raise_in_dispatch)
-    return MODULE.dispatch
+# class -> its Python entry (recorded by dtensor.dispatch.entry.bind)
+python_entries: dict[type, Any] = {}
 
 
 def _raise_in_dispatch(func: Any, error: BaseException) -> None:
@@ -104,13 +94,12 @@ def python_entry_only(dtensor_class: type) -> Iterator[None]:
     """Within the block, ``dtensor_class`` dispatches through the Python entry (for tests and
     benchmarks that compare the two). Process-wide: the first block opened swaps the entry,
     the last one closed puts it back, so every rank of a simulated world may open one."""
-    from dtensor.dispatch import torch_dispatch
-
     with _python_only_lock:
         state = _python_only.setdefault(dtensor_class, [0, None])
         if state[0] == 0:
             state[1] = dtensor_class.__dict__["__torch_dispatch__"]
-            dtensor_class.__torch_dispatch__ = classmethod(torch_dispatch)  # type: ignore
+            dtensor_class.__torch_dispatch__ = classmethod(  # type: ignore[assignment]
+                python_entries[dtensor_class])
         state[0] += 1
     try:
         yield

@@ -37,12 +37,11 @@ class OutsideMeshError(MeshError):
     mesh's ranks hold (Note [ranks outside the mesh])."""
 
 
-def run_outside(func: Any, args: tuple, kwargs: dict, dargs: tuple, dkwargs: tuple,
-                mesh: Any, sources: tuple) -> Any:
-    """Note [ranks outside the mesh]: the op's outputs as empty pieces, nothing computed.
-    ``sources[j]`` is (position, name) of the argument output j writes and returns, or None."""
-    from dtensor.tensor import DTensor
-
+def run_outside(DTensor: type, func: Any, args: tuple, kwargs: dict, dargs: tuple,
+                dkwargs: tuple, mesh: Any, sources: tuple) -> Any:
+    """Note [ranks outside the mesh]: the op's outputs as empty pieces (of class ``DTensor``),
+    nothing computed. ``sources[j]`` is (position, name) of the argument output j writes and
+    returns, or None."""
     op = OpSpec(func, dargs, dkwargs, tuple(mesh.spec.shape))
     try:
         out = meta_call(op)

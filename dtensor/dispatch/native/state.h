@@ -1,6 +1,6 @@
 // What the compiled entry holds: the bound Python objects, the slots it reads, a plan.
 // Part of the one translation unit fast_dispatch.cpp (torch's headers compile once);
-// Note [native fast path] in dtensor/native/__init__.py.
+// Note [native fast path] in dtensor/dispatch/native/__init__.py.
 #pragma once
 
 #include <Python.h>
@@ -49,7 +49,7 @@ PyObject* s_stride;
 PyObject* s_dtype;
 PyObject* s_device;
 
-const char* kCapsule = "dtensor.native.Plan";
+const char* kCapsule = "dtensor.dispatch.native.Plan";
 
 inline PyObject* slot(PyObject* obj, Py_ssize_t off) {
   return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + off);

@@ -10,7 +10,7 @@ whose pieces do combine as a Partial (1 and 0 as sums, +-inf as max/min) stay wi
 which defers that reduction. torch expresses the same with its ``_NormPartial`` placement;
 ours keeps placements closed (Shard/Replicate/Partial) and does it here, so the non-foreach
 ``clip_grad_norm_`` over sharded gradients moves one float per parameter, not every gradient
-(``dtensor.foreach_norm`` does it for the foreach path, one collective per list).
+(``dtensor.decompositions.foreach_norm`` does it for the foreach path, one collective per list).
 """
 
 from __future__ import annotations

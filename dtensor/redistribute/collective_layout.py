@@ -5,13 +5,14 @@ pieces a reduce_scatter cuts, which boxes an all_to_all sends to whom. The answe
 only on (step, mesh shape, tensor shape, group), so each is computed once per group, from
 ``dtensor.layout``, and every later call (and every rank of the group) looks it up: a call
 costs no loop over mesh coordinates, and its bookkeeping grows at most linearly with the
-group's size (Note [one buffer per collective] in dtensor/comm.py says how the data moves).
+group's size (Note [one buffer per collective] in dtensor/comm/collectives.py says how the
+data moves).
 
 A group is named by its index in ``layout.mesh_groups(mesh_shape, mesh_dims)``; members are
 in group-rank order.
 
 >>> from dtensor.placements import Shard, Replicate
->>> from dtensor.planner import Step
+>>> from dtensor.redistribute.planner import Step
 >>> step = Step("all_gather", (0,), (Shard(0),), (Replicate(),))
 >>> gather_layout(step, (4,), (5, 3), 0)
 (0, ((2, 3), (2, 3), (1, 3), (0, 3)))
@@ -24,9 +25,9 @@ from functools import lru_cache
 
 from dtensor.layout import (Box, box_contains, box_intersect, box_numel, local_box, local_shape,
                             mesh_groups)
-from dtensor.local_redistribute import StepError
+from dtensor.redistribute.reference import StepError
 from dtensor.placements import Partial, Placement, Replicate, Shard
-from dtensor.planner import Step
+from dtensor.redistribute.planner import Step
 
 Coord = tuple[int, ...]
 

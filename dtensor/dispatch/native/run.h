@@ -1,6 +1,6 @@
 // Running a plan: the op on a prepared stack (or the local function), then the wrappers.
 // Part of the one translation unit fast_dispatch.cpp (torch's headers compile once);
-// Note [native fast path] in dtensor/native/__init__.py.
+// Note [native fast path] in dtensor/dispatch/native/__init__.py.
 #pragma once
 
 #include "state.h"

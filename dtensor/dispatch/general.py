@@ -1,304 +1,36 @@
-"""What happens when an aten op meets DTensors.
-
-1. Describe the call as an ``OpSpec`` (DTensors by their specs; plain tensors count as
-   Replicate, see Note [plain tensors]).
-2. Ask the registry's rule for strategies and pick the cheapest (``dtensor.ops.propagate``,
-   cached), keeping pinned and written-in-place tensors where they are.
-3. Move inputs as the strategy requires, run the op on the local pieces, wrap the outputs.
-
-An op with no rule falls back to gathering its inputs to Replicate (always correct);
-``fallback_policy`` chooses whether that warns once per op (default), stays silent, or raises.
-An op may also have a decomposition that runs instead of its rule (Note [decompositions]).
-
-Note [plain tensors]
-A plain tensor mixed with DTensors (an index, a mask, a target, a constant) is taken as
-Replicate: every rank holds the same full value. ``check_replicated`` (opt-in, one all_gather
-per call) verifies that. This replaces the "got mixed torch.Tensor and DTensor" error.
-
-Note [decompositions]
-An op whose sharded form needs communication inside it (log_softmax over a sharded dim needs
-a max and a sum across ranks) cannot be a pure rule. It may register a decomposition
-``fn(func, args, kwargs)`` that computes it from local steps and collectives and returns the
-result, or returns NotImplemented to run the op as usual (through its rule, which it must
-have). A call's plan keeps its op's decomposition, looked up once when the plan is made, so
-other ops pay nothing; register at import (dtensor.parallel.loss does): a plan made before
-does not see it.
+"""The general path: a call the fast path does not take (first calls, moved inputs, keywords,
+pinned or written-in-place tensors, decompositions, debugging) is described, decided,
+its inputs moved, run and wrapped; it records the fast path's entry for next time.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import contextvars
-import warnings
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 import dtensor.ops  # noqa: F401  (registers the rules)
-from dtensor import debug, native, planner
+from dtensor import debug
+from dtensor.dispatch import native
+from dtensor.redistribute import planner
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
-from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
-from dtensor.foreign import check_dispatch_types
+from dtensor.ops.propagate import ShardingError, candidates, decide
 from dtensor.layout import local_box
 from dtensor.mesh import MeshError
-from dtensor.outside_mesh import meta_call, run_outside
+from dtensor.dispatch.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
-from dtensor.spec import DTensorSpec, contiguous_strides
-
-_make_wrapper = torch.Tensor._make_wrapper_subclass  # type: ignore[attr-defined]
-
-_POLICIES = ("warn", "silent", "error")
-_policy: contextvars.ContextVar[str] = contextvars.ContextVar("dtensor_fallback", default="warn")
-_check_plain: contextvars.ContextVar[bool] = contextvars.ContextVar("dtensor_check_plain",
-                                                                    default=False)
-_warned: set[str] = set()
-
-
-class NoShardingRuleError(NotImplementedError):
-    """An op has no sharding rule and the fallback policy is "error"."""
-
-
-Decomposition = Callable[[Any, tuple, dict], Any]
-DECOMPOSITIONS: dict[Any, Decomposition] = {}
-
-
-def register_decomposition(op: Any, fn: Decomposition) -> None:
-    """Run ``fn(func, args, kwargs)`` for ``op`` before its rule (Note [decompositions])."""
-    if op not in REGISTRY:
-        raise ValueError(f"{op} has no sharding rule: a decomposition needs one to run when it "
-                         "returns NotImplemented")
-    if DECOMPOSITIONS.get(op, fn) is not fn:
-        raise ValueError(f"{op} already has a decomposition: {DECOMPOSITIONS[op].__module__}."
-                         f"{DECOMPOSITIONS[op].__qualname__}")
-    DECOMPOSITIONS[op] = fn
-
-
-@contextlib.contextmanager
-def fallback_policy(policy: str) -> Iterator[None]:
-    """Within the block (on this rank), ops without a sharding rule ``policy``: "warn"
-    (default: gather inputs to Replicate, warn once per op), "silent", or "error".
-
-    >>> import torch, simpg
-    >>> from dtensor import init_device_mesh, distribute_tensor, Shard
-    >>> def body():  # nonzero has no sharding rule (its output shape depends on the data)
-    ...     x = distribute_tensor(torch.arange(5.0), init_device_mesh("cpu", (2,)), [Shard(0)])
-    ...     with fallback_policy("silent"):
-    ...         m = torch.nonzero(x)  # gathered, no warning
-    ...     with fallback_policy("error"):
-    ...         try:
-    ...             torch.nonzero(x)
-    ...         except NoShardingRuleError as e:
-    ...             return m.placements, m.to_local().flatten().tolist(), str(e)
-    >>> simpg.run(body, 2)[0]
-    ((Replicate(),), [1, 2, 3, 4], "aten.nonzero.default has no sharding rule ...")
-    """
-    if policy not in _POLICIES:
-        raise ValueError(f"fallback policy {policy!r}: expected one of {_POLICIES}")
-    token = _policy.set(policy)
-    try:
-        yield
-    finally:
-        _policy.reset(token)
-
-
-@contextlib.contextmanager
-def check_replicated() -> Iterator[None]:
-    """Within the block, verify that plain tensors mixed with DTensors are equal on every rank
-    (Note [plain tensors]); a mismatch raises naming the op and the argument."""
-    token = _check_plain.set(True)
-    try:
-        yield
-    finally:
-        _check_plain.reset(token)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Everything a steady-state call needs, computed once per call signature."""
-
-    decision: Decision  # None: the decomposition runs every such call (it had no strategy)
-    out_specs: tuple[DTensorSpec, ...]
-    in_place: bool
-    local_out_shape: tuple[int, ...] | None  # this rank's first output piece, for size args
-    inplace_view: bool  # squeeze_, t_, ...: the written DTensor changes shape and placements
-    boxes: tuple | None  # this rank's input boxes, for a local function (Note [local functions])
-    decompose: Decomposition | None  # Note [decompositions]
-
-
-# Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
-# (op, described args, described kwargs, pinned) -> plan, one dict lookup per op.
-def _plans_of(mesh: Any) -> dict[tuple, _Plan]:
-    plans = mesh.__dict__.get("_dispatch_plans")
-    if plans is None:
-        plans = mesh.__dict__["_dispatch_plans"] = {}
-    return plans
-
-
-# Note [fast path]
-# Most calls in a steady state repeat one seen before, with every argument a DTensor already
-# in the placements the chosen strategy wants, or a scalar: nothing moves, nothing is
-# rewritten, and the op runs on the local pieces as they are. Such a call is keyed by the op
-# and its arguments' specs alone (one tuple, one dict lookup on the mesh) and skips the
-# general path's walks, closures and checks; any call that does not fit (kwargs, pinned
-# tensors, views written in place, decompositions, a moved input, debugging on) takes the
-# general path, which also records the fast entries under the key the fast path built.
-# Where the time goes (add of two 2x8 pieces, µs of rank 0's CPU, benchmarks/bench_dispatch.py
-# and the pieces timed alone): torch's Python-key entry into __torch_dispatch__ 3.3, the
-# local op 3.5 (func._op; OpOverload.__call__ adds a frame), the output wrapper 2.0
-# (_make_wrapper_subclass; slots and fields read at record time, not per call), key and
-# lookup 1.0, the rest 1.3: about 11 in all where torch's C++ DTensor dispatch takes 14. So
-# the entry, op and wrapper that no Python code can avoid are 9 of the 11: half of torch's
-# time needs the whole __torch_dispatch__ in C++, calling the operator and building the
-# wrapper below Python: Note [native fast path] in dtensor.native does that, on this table,
-# when it is built; this function is its fallback for every call it does not take.
-_SCALARS = frozenset({int, float, bool, type(None), str, complex, torch.dtype, torch.device,
-                      torch.memory_format, torch.layout})
-
-
-@dataclass(frozen=True, slots=True)
-class _FastPlan:
-    op: Any  # the overload's C++ callable (func._op): OpOverload.__call__ is a Python frame
-    outs: tuple[tuple, ...]  # per output: (DTensorSpec, TensorSpec, shape, stride, dtype, layout)
-    container: type | None  # None: one tensor out; else tuple or list of them
-    rewrite: tuple[tuple[int, list[int]], ...]  # Note [global size arguments], precomputed
-    local: Any  # the strategy's local function, or None (Note [local functions])
-    boxes: tuple | None
-    returns_arg: int | None  # add_ returns its argument 0 (the DTensor the caller holds)
-    dtensors: tuple[int, ...]  # the positions of the DTensor arguments
-    lists: tuple[int, ...]  # the positions of lists of DTensors (cat's)
-    moves: tuple[tuple[int, Callable[[torch.Tensor], torch.Tensor]], ...]  # Note [local moves]
-    native: Any  # the compiled entry's plan, or None (Note [native fast path], dtensor.native)
-
-
-def _int_list(a: Any) -> bool:
-    return (type(a) is list or type(a) is tuple) and all(type(v) is int for v in a)
-
-
-def _dtensor_list(a: Any, DTensor: type) -> bool:
-    return (type(a) is list or type(a) is tuple) and len(a) > 0 \
-        and all(type(v) is DTensor for v in a)
-
-
-def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
-                   kwargs: dict | None = None) -> Any:
-    """``DTensor.__torch_dispatch__`` itself (no frame in between): run ``func`` on DTensors
-    (``cls`` is the DTensor class; Note [fast path])."""
-    if len(types) > 1:  # another tensor subclass: Note [two DTensor libraries]
-        check_dispatch_types(func, types, args, kwargs or {})
-    # the fast-table key: the op, then per argument its spec, (value, type) or int tuple, then
-    # per keyword argument (name, value, type); the commonest calls (one or two DTensors, no
-    # keywords) are keyed without the loop
-    n = len(args)
-    key: Any = None
-    if not kwargs and n == 2 and type(a := args[0]) is cls and type(b := args[1]) is cls \
-            and not a._pinned and not b._pinned and a._spec.mesh is b._spec.mesh:
-        mesh = a._spec.mesh
-        key = (func._op, a._tspec, b._tspec)
-    elif not kwargs and n == 1 and type(a := args[0]) is cls and not a._pinned:
-        mesh = a._spec.mesh
-        key = (func._op, a._tspec)
-    if key is None:
-        mesh = None
-        key = [func._op]
-        for a in args:
-            kind = type(a)
-            if kind is cls:
-                if a._pinned or (mesh is not None and a._spec.mesh is not mesh):
-                    break
-                mesh = a._spec.mesh
-                key.append(a._tspec)
-            elif kind in _SCALARS:  # 2 == 2.0 == True as keys, not as arguments
-                key.append(a)
-                key.append(kind)
-            elif kind is list or kind is tuple:  # of ints (sizes, dims) or of DTensors (cat)
-                if a and type(a[0]) is cls:
-                    specs = []
-                    for v in a:
-                        if type(v) is not cls or v._pinned \
-                                or (mesh is not None and v._spec.mesh is not mesh):
-                            break
-                        mesh = v._spec.mesh
-                        specs.append(v._tspec)
-                    else:
-                        key.append(tuple(specs))
-                        continue
-                    break
-                for v in a:
-                    if type(v) is not int:
-                        break
-                else:
-                    key.append(tuple(a))
-                    continue
-                break
-            elif kind is torch.Tensor:  # taken as Replicate (Note [plain tensors])
-                key.append((a.shape, a.stride(), a.dtype, a.device))
-            else:
-                break
-        else:
-            if mesh is not None:
-                if kwargs:
-                    for name, a in kwargs.items():
-                        if type(a) not in _SCALARS:
-                            break
-                        key += (name, a, type(a))
-                    else:
-                        key = tuple(key)
-                else:
-                    key = tuple(key)
-        if type(key) is list:
-            return _dispatch(cls, func, args, kwargs or {})
-    fast = mesh.__dict__.get("_fast_plans")
-    entry = fast.get(key) if fast is not None else None
-    if entry is None or debug.recording() or _check_plain.get() \
-            or (torch.is_inference_mode_enabled() and func.is_view):  # Note [inference mode]
-        return _dispatch(cls, func, args, kwargs or {}, key)
-    if entry.rewrite or entry.moves or entry.lists or n > 2:  # no comprehension: a frame
-        largs: Any = list(args)
-        for i in entry.dtensors:
-            largs[i] = args[i]._local_tensor
-        for i in entry.lists:
-            largs[i] = [v._local_tensor for v in args[i]]
-        for i, move in entry.moves:
-            largs[i] = move(largs[i])
-        for i, value in entry.rewrite:
-            largs[i] = value
-    elif n == 2:
-        x, y = args
-        largs = (x._local_tensor if type(x) is cls else x,
-                 y._local_tensor if type(y) is cls else y)
-    else:
-        largs = (args[0]._local_tensor,)
-    if kwargs:
-        out = entry.op(*largs, **kwargs) if entry.local is None \
-            else entry.local(func, tuple(largs), kwargs, entry.boxes)
-    elif entry.local is None:
-        out = entry.op(*largs)
-    else:
-        out = entry.local(func, tuple(largs), {}, entry.boxes)
-    if entry.returns_arg is not None:
-        return args[entry.returns_arg]
-    if entry.container is None:
-        return _new(cls, out, entry.outs[0])
-    wrapped = [_new(cls, t, o) for t, o in zip(out, entry.outs)]
-    return wrapped if entry.container is list else entry.container(wrapped)
-
-
-def _new(cls: type, local: torch.Tensor, out: tuple) -> Any:
-    """``DTensor._wrap`` with the spec's fields read once, at record time (_FastPlan.outs)."""
-    spec, tspec, shape, stride, dtype, layout = out
-    r = _make_wrapper(cls, shape, strides=stride, dtype=dtype, device=local.device,
-                      layout=layout)
-    r._local_tensor = local
-    r._spec = spec
-    r._tspec = tspec
-    return r
+from dtensor.spec import DTensorSpec
+from dtensor.dispatch.decomposition_table import DECOMPOSITIONS
+from dtensor.dispatch.fallback import _fallback
+from dtensor.dispatch.plans import (_SCALARS, _dtensor_list, _FastPlan, _int_list, _Plan,
+                                    _plans_of, _return_sources, _returns_no_tensor)
+from dtensor.dispatch.policy import _check_plain
 
 
 # Note [inference mode]
@@ -409,7 +141,8 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
     dargs = tuple(describe(a) for a in args)
     dkwargs = tuple((k, describe(v)) for k, v in kwargs.items())
     if mesh._coord is None:  # Note [ranks outside the mesh]
-        return run_outside(func, args, kwargs, dargs, dkwargs, mesh, _return_sources(func))
+        return run_outside(DTensor, func, args, kwargs, dargs, dkwargs, mesh,
+                           _return_sources(func))
     pinned = None
     for t in tensors:
         if isinstance(t, DTensor):
@@ -779,31 +512,6 @@ def _run(DTensor: type, func: Any, args: tuple, kwargs: dict, tensors: list, pla
     return tuple(results) if isinstance(out, tuple) else results[0]
 
 
-@lru_cache(maxsize=4096)
-def _returns_no_tensor(func: Any) -> bool:
-    """item() returns a Python number: there is no output to lay out (and no meta kernel)."""
-    return all("Tensor" not in str(r.type) for r in func._schema.returns)
-
-
-@lru_cache(maxsize=4096)
-def _return_sources(func: Any) -> tuple[tuple[int, str] | None, ...]:
-    """Per return of the op: (position, name) of the argument it writes and returns (add_
-    returns self), else None. A view's return aliases its input without writing it: a new
-    DTensor, not the input."""
-    args = func._schema.arguments
-    out = []
-    for r in func._schema.returns:
-        found = None
-        if r.alias_info is not None:
-            for i, a in enumerate(args):
-                if (a.alias_info is not None and a.alias_info.is_write
-                        and a.alias_info.before_set & r.alias_info.before_set):
-                    found = (i, a.name)
-                    break
-        out.append(found)
-    return tuple(out)
-
-
 def _restride(func: Any, args: tuple, kwargs: dict, target: Any, plan: _Plan) -> None:
     """An in-place view op changed the local piece's shape: give the DTensor its new spec and
     its wrapper the new global sizes (as torch's return_and_correct_aliasing does: run the op
@@ -852,73 +560,3 @@ def _verify_plain(DTensor: type, func: Any, tensors: list, mesh: Any) -> None:
             raise ValueError(f"{func}: plain tensor argument {i} (shape {tuple(t.shape)}) differs "
                              "across ranks, but a plain tensor mixed with DTensors must be the "
                              "same on every rank (it is taken as Replicate)")
-
-
-# -- fallback ------------------------------------------------------------------------------------
-def _fallback(DTensor: type, func: Any, flat: list, tree: Any, dts: list) -> Any:
-    policy = _policy.get()
-    name = str(func)
-    if policy == "error":
-        raise NoShardingRuleError(f"{name} has no sharding rule (fallback policy 'error'); "
-                                  "use fallback_policy('warn') to gather inputs to Replicate")
-    if policy == "warn" and name not in _warned:
-        _warned.add(name)
-        warnings.warn(f"{name} has no sharding rule: its DTensor inputs are gathered to "
-                      "Replicate (correct, but moves the whole tensor)", stacklevel=3)
-    mesh = dts[0]._spec.mesh
-    full = [_full(a) if isinstance(a, DTensor) else a for a in flat]
-    args, kwargs = pytree.tree_unflatten(full, tree)
-    out = func(*args, **kwargs)
-    if func._schema.is_mutable:
-        _write_back(DTensor, func, flat, full, tree)
-        d_args, d_kwargs = pytree.tree_unflatten(flat, tree)
-        sources = _return_sources(func)
-        if any(src is not None for src in sources):
-            outs = out if isinstance(out, tuple) else (out,)
-            picked = [(d_args[src[0]] if src[0] < len(d_args) else d_kwargs.get(src[1]))
-                      if src is not None else value for value, src in zip(outs, sources)]
-            picked = [p if isinstance(p, DTensor) or s is not None
-                      else _wrap_replicated(DTensor, p, mesh) for p, s in zip(picked, sources)]
-            return tuple(picked) if isinstance(out, tuple) else picked[0]
-
-    return pytree.tree_map_only(torch.Tensor, lambda t: _wrap_replicated(DTensor, t, mesh), out)
-
-
-def _wrap_replicated(DTensor: type, t: Any, mesh: Any) -> Any:
-    if not isinstance(t, torch.Tensor):
-        return t
-    shape = tuple(t.shape)
-    replicated = tuple(Replicate() for _ in range(mesh.ndim))
-    spec = DTensorSpec(mesh, replicated, shape, contiguous_strides(shape), t.dtype)
-    return DTensor(t, spec, requires_grad=False)
-
-
-def _full(d: Any) -> torch.Tensor:
-    spec: DTensorSpec = d._spec
-    target = tuple(Replicate() for _ in spec.placements)
-    if spec.placements == target:
-        return d._local_tensor
-    return redistribute_local_tensor(d._local_tensor, spec.mesh, spec.placements, target,
-                                     spec.shape)
-
-
-def _write_back(DTensor: type, func: Any, flat: list, full: list, tree: Any) -> None:
-    """In-place op on full tensors: store each mutated DTensor's new value in its placements."""
-    d_args, d_kwargs = pytree.tree_unflatten(flat, tree)
-    f_args, f_kwargs = pytree.tree_unflatten(full, tree)
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        if i < len(d_args):
-            d, value = d_args[i], f_args[i]
-        else:
-            d, value = d_kwargs.get(arg.name), f_kwargs.get(arg.name)
-        if not isinstance(d, DTensor):
-            continue
-        spec = d._spec
-        replicated = tuple(Replicate() for _ in spec.placements)
-        if spec.placements != replicated:
-            value = redistribute_local_tensor(value, spec.mesh, replicated, spec.placements,
-                                              spec.shape)
-        if value is not d._local_tensor:
-            d._local_tensor.copy_(value)

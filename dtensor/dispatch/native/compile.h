@@ -1,6 +1,6 @@
 // Compiling a fast-path entry into a plan, once, when the general path records it.
 // Part of the one translation unit fast_dispatch.cpp (torch's headers compile once);
-// Note [native fast path] in dtensor/native/__init__.py.
+// Note [native fast path] in dtensor/dispatch/native/__init__.py.
 #pragma once
 
 #include "state.h"

@@ -1,6 +1,6 @@
-"""Build the compiled dispatch entry (Note [native fast path] in dtensor.native).
+"""Build the compiled dispatch entry (Note [native fast path] in dtensor.dispatch.native).
 
-    .venv/bin/python dtensor/native/build.py   # scripts/setup.sh runs it
+    .venv/bin/python dtensor/dispatch/native/build.py   # scripts/setup.sh runs it
 
 Idempotent: a build whose source hash matches is kept without importing torch. Without a
 compiler (or ninja) it says why and exits 0: dtensor then uses its pure-Python fast path.

@@ -1,10 +1,10 @@
 """``CommDebugMode``: count the collectives dtensor issues, by kind and by module.
 
 A drop-in for ``torch.distributed.tensor.debug.CommDebugMode`` (same names, same result
-shapes) that counts what *our* runtime issues, on any backend: the four entry points of
-``dtensor/comm.py`` report each call here while a mode is open in the calling rank. Counts are
-per rank: open the mode inside the rank's program (each simpg rank is a thread with its own
-context; under torchrun each process is a rank).
+shapes) that counts what *our* runtime issues, on any backend: the entry points of
+``dtensor/comm/collectives.py`` report each call here while a mode is open in the calling
+rank. Counts are per rank: open the mode inside the rank's program (each simpg rank is a
+thread with its own context; under torchrun each process is a rank).
 
 >>> import torch, simpg
 >>> from dtensor import Replicate, Shard, distribute_tensor, init_device_mesh
@@ -18,7 +18,7 @@ context; under torchrun each process is a rank).
 [{'all_gather': 1}, {'all_gather': 1}]
 
 Note [recording collectives]
-Each entry point of ``dtensor/comm.py``, once its arguments are checked, runs
+Each entry point of ``dtensor/comm/collectives.py``, once its arguments are checked, runs
 ``if _comm_log.get(): _note(...)``: when no mode is open anywhere, a collective costs one
 ContextVar lookup (20 ns). The variable holds, in a
 context that opened modes, the tuple of them (innermost last; every one records, as torch's
@@ -43,10 +43,10 @@ for code that expects one or the other. ``comm_counts_by_kind(torch_mode.get_com
 gives torch's counts the readable keys too.
 
 What is counted is what dtensor asked for: a ``reduce_scatter`` that a backend without one runs
-as an ``all_to_all`` (Note [Backend capabilities] in dtensor/comm.py) counts once, as a
-``reduce_scatter``. Not counted: collectives outside ``dtensor/comm.py`` (``distribute_tensor``'s
-broadcast of the source rank's tensor; the ``all_gather_object`` of debug checks) and anything a
-program issues through ``torch.distributed`` itself.
+as an ``all_to_all`` (Note [Backend capabilities] in dtensor/comm/capabilities.py) counts
+once, as a ``reduce_scatter``. Not counted: collectives outside ``dtensor/comm/collectives.py``
+(``distribute_tensor``'s broadcast of the source rank's tensor; the ``all_gather_object`` of
+debug checks) and anything a program issues through ``torch.distributed`` itself.
 """
 
 from __future__ import annotations

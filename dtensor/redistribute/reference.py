@@ -7,7 +7,7 @@ tests use it to prove plans right.
 
 >>> import torch
 >>> from dtensor.placements import Shard, Replicate
->>> from dtensor.planner import plan
+>>> from dtensor.redistribute.planner import plan
 >>> full = torch.arange(5.0)
 >>> steps = plan([Shard(0)], [Replicate()], (4,), (5,))
 >>> out = redistribute_locals(shard_full(full, (4,), [Shard(0)]), steps, (4,), (5,))
@@ -25,7 +25,7 @@ import torch
 from dtensor.layout import (box_contains, box_intersect, box_numel, box_shape, local_box,
                             local_shape, local_slices, mesh_coordinates, mesh_groups)
 from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
-from dtensor.planner import Step
+from dtensor.redistribute.planner import Step
 
 Coord = tuple[int, ...]
 Locals = dict[Coord, torch.Tensor]
@@ -40,7 +40,7 @@ def redistribute_locals(locals_by_coordinate: Mapping[Coord, torch.Tensor],
                         global_shape: Sequence[int]) -> Locals:
     """Apply ``steps`` to all ranks' local tensors; returns the new local tensors.
 
-    >>> from dtensor.planner import plan
+    >>> from dtensor.redistribute.planner import plan
     >>> locals_ = {(0,): torch.tensor([0, 1]), (1,): torch.tensor([2])}
     >>> steps = plan([Shard(0)], [Replicate()], (2,), (3,))
     >>> redistribute_locals(locals_, steps, (2,), (3,))

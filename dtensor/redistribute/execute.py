@@ -42,15 +42,15 @@ from typing import Any, Literal, overload
 import torch
 import torch.distributed as dist
 
-from dtensor import collective_layout as cl
+from dtensor.redistribute import collective_layout as cl
 from dtensor import comm
 from dtensor.comm import AsyncCollectiveTensor, Handle
 from dtensor.layout import Box, box_shape, local_box, local_shape
-from dtensor.local_redistribute import STEP_FUNCTIONS as REFERENCE_STEPS
-from dtensor.local_redistribute import StepError, one_partial_op
+from dtensor.redistribute.reference import STEP_FUNCTIONS as REFERENCE_STEPS
+from dtensor.redistribute.reference import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Placement, Replicate, fmt_placements
-from dtensor.planner import Step, plan
+from dtensor.redistribute.planner import Step, plan
 from dtensor.spec import DTensorSpec
 
 Coord = tuple[int, ...]

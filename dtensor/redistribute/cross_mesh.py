@@ -35,6 +35,7 @@ import torch.distributed as dist
 from dtensor.layout import Box, box_intersect, box_numel, local_box, mesh_coordinates
 from dtensor.mesh import DeviceMesh
 from dtensor.placements import Partial, Placement, Replicate
+from dtensor.spec import DTensorSpec, contiguous_strides
 
 
 @dataclass(frozen=True)
@@ -115,27 +116,35 @@ def move_local(local: torch.Tensor, src_mesh: DeviceMesh, src_placements: Sequen
     return out if out is not None else local.new_empty((0,))
 
 
+def _wrap(cls: type, local: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement, ...],
+          shape: tuple[int, ...], requires_grad: bool = False) -> Any:
+    """A leaf of ``cls`` (the DTensor class, which this layer sits below) from this rank's
+    piece."""
+    spec = DTensorSpec(mesh, tuple(placements), tuple(shape), contiguous_strides(shape),
+                       local.dtype)
+    return cls(local, spec, requires_grad=requires_grad)
+
+
 class _CrossMeshMove(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Any, mesh: DeviceMesh, placements: tuple[Placement, ...]) -> Any:
-        from dtensor.tensor import make_dtensor
         spec = x._spec
+        ctx.cls = type(x)
         ctx.source = (spec.mesh, spec.placements)
         ctx.target = (mesh, placements)
         local = move_local(x._local_tensor, spec.mesh, spec.placements, mesh, placements,
                            spec.shape)
-        return make_dtensor(local, mesh, placements, spec.shape)
+        return _wrap(ctx.cls, local, mesh, placements, spec.shape)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
-        from dtensor.tensor import make_dtensor
         mesh, placements = ctx.target
         src_mesh, src_placements = ctx.source
         if mesh.get_coordinate() is not None:
             grad = grad.redistribute(mesh, placements)
         local = move_local(grad._local_tensor, mesh, placements, src_mesh, src_placements,
                            grad._spec.shape)
-        return make_dtensor(local, src_mesh, src_placements, grad._spec.shape), None, None
+        return _wrap(ctx.cls, local, src_mesh, src_placements, grad._spec.shape), None, None
 
 
 def move_to_mesh(x: Any, mesh: DeviceMesh, placements: tuple[Placement, ...]) -> Any:
@@ -145,9 +154,7 @@ def move_to_mesh(x: Any, mesh: DeviceMesh, placements: tuple[Placement, ...]) ->
     if spec.mesh.get_coordinate() is not None and plain != spec.placements:
         x = x.redistribute(spec.mesh, plain)  # step 1: reduce a Partial where it lives
     elif plain != spec.placements:  # a rank outside the source mesh: only the spec changes
-        from dtensor.tensor import make_dtensor
-        x = make_dtensor(x._local_tensor, spec.mesh, plain, spec.shape,
-                         requires_grad=x.requires_grad)
+        x = _wrap(type(x), x._local_tensor, spec.mesh, plain, spec.shape, x.requires_grad)
     target = _without_partial(placements)
     moved = _CrossMeshMove.apply(x, mesh, target)
     if target != tuple(placements) and mesh.get_coordinate() is not None:

@@ -1,5 +1,5 @@
 // The dispatcher's cached case in compiled code: Note [native fast path] in
-// dtensor/native/__init__.py. Key, lookup, local call and rewrap mirror
+// dtensor/dispatch/native/__init__.py. Key, lookup, local call and rewrap mirror
 // dtensor.dispatch.torch_dispatch exactly; whatever this file does not handle is
 // handed, untouched, to that Python function (the `fallback`).
 // The parts: state.h (what it holds), key.h (the key), run.h (a call), compile.h (a plan).
