@@ -22,7 +22,8 @@ from functools import lru_cache
 
 from dtensor.placements import Placement, PlacementError, Shard
 
-Box = tuple[tuple[int, int], ...]
+Box = tuple[tuple[int, int], ...]  # per tensor dim, the [start, stop) a piece covers
+Coord = tuple[int, ...]  # a rank's position on the mesh, one index per mesh dim
 
 
 def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:

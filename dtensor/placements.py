@@ -220,3 +220,6 @@ def normalize_placements(
 
 def _fmt_any(placements: Sequence[object]) -> str:
     return "[" + ",".join(str(p) for p in placements) + "]"
+
+
+Pl = tuple[Placement, ...]  # one placement per mesh dim

@@ -47,5 +47,5 @@ def test_past_full_enumeration_the_planner_prices_each_pair():
     for dst in [(R, R, R), (Shard(1), Shard(0), R), (Partial("max"), R, R)]:
         want = plan_bytes(plan(src, dst, mesh, shape, 2), mesh, shape, 2)
         assert table.bytes(src, dst) == want
-    assert table._graphs[("max", "sum")] is None
+    assert table._from[(src, ("max", "sum"))] is None
     assert table._pairs, "priced by the planner"

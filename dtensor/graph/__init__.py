@@ -24,8 +24,8 @@ from dtensor.graph.eager import EagerPlan, EagerPlanError, following
 from dtensor.graph.errors import AnnotationError, CaptureError, GraphShardingError
 from dtensor.graph.expand import ExpansionError, run
 from dtensor.graph.follow import FollowReport, PlannedOp
-from dtensor.graph.infer import Solution, solve
-from dtensor.graph.memory import Memory, solve_within
+from dtensor.graph.infer import Solution, solve, solve_within
+from dtensor.graph.memory import Memory
 from dtensor.graph.problem import Problem
 from dtensor.graph.show import Reshard, ShardingPlan
 

@@ -61,10 +61,9 @@ from dtensor.graph.annotate import HINT_OP
 from dtensor.graph.errors import GraphShardingError
 from dtensor.graph.follow import Follower, FollowReport, PlannedOp, op_key
 from dtensor.mesh import DeviceMesh
-from dtensor.placements import Placement, fmt_placements
+from dtensor.placements import Pl, Placement, fmt_placements
 from dtensor.tensor import DTensor
 
-Pl = tuple[Placement, ...]
 _FOLLOWER = "_dtensor_graph_follower"  # the module attribute that holds its follower
 # graph nodes with no eager call to match: a hint is the identity in eager code, and the
 # graph's detaches are of tensors autograd saved (eager code saves them without a call);

@@ -65,10 +65,9 @@ from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispat
                                            _pop_mode, _push_mode)
 
 from dtensor.graph.errors import GraphShardingError
-from dtensor.placements import Placement, fmt_placements
+from dtensor.placements import Pl, fmt_placements
 from dtensor.tensor import DTensor
 
-Pl = tuple[Placement, ...]
 Key = tuple[str, tuple[tuple[int, ...], ...]]
 
 

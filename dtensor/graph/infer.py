@@ -47,6 +47,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from dtensor.graph.errors import GraphShardingError
+from dtensor.graph.memory import WEIGHTS
 from dtensor.graph.problem import Problem, Unit
 
 EPS = 1e-9
@@ -533,3 +535,28 @@ def branch_and_bound(problem: Problem, start: list[int], start_cost: float, node
 
     proven = dfs(0, 0.0)
     return best, best_cost, proven
+
+
+def solve_within(problem: Problem, budget: int, optimizer_states: int, method: str):
+    """The search of ``solve`` with the memory price raised until the plan
+    holds at most ``budget`` bytes per rank (Note [memory in the objective])."""
+    if not budget > 0:
+        raise ValueError(f"memory_budget={budget!r}: expected bytes per rank > 0")
+    least = None
+    for weight in WEIGHTS:
+        problem.set_memory_weight(weight, optimizer_states)
+        solution = solve(problem, method=method)
+        held = problem.memory(solution.choice)
+        if least is None or held.total < least[1].total:
+            least = (weight, held)
+        if held.total <= budget:
+            solution.memory_weight = weight
+            return solution
+    problem.set_memory_weight(0.0)
+    weight, held = least
+    raise GraphShardingError(
+        f"no plan found within memory_budget={budget:,} bytes per rank: the least found "
+        f"holds {held.total:,} ({held.parameters:,} parameter state with {optimizer_states} "
+        f"optimizer states, {held.inputs:,} inputs, {held.activations:,} activations), at "
+        f"memory weight {weight:g}; a larger mesh, fewer optimizer states or a smaller "
+        "batch would lower it")

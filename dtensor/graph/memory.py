@@ -109,29 +109,3 @@ def _saved(problem: Problem) -> set[int]:
     return saved
 
 
-def solve_within(problem: Problem, budget: int, optimizer_states: int, method: str):
-    """The search of ``dtensor.graph.infer.solve`` with the memory price raised until the plan
-    holds at most ``budget`` bytes per rank (Note [memory in the objective])."""
-    from dtensor.graph.errors import GraphShardingError
-    from dtensor.graph.infer import solve
-
-    if not budget > 0:
-        raise ValueError(f"memory_budget={budget!r}: expected bytes per rank > 0")
-    least = None
-    for weight in WEIGHTS:
-        problem.set_memory_weight(weight, optimizer_states)
-        solution = solve(problem, method=method)
-        held = problem.memory(solution.choice)
-        if least is None or held.total < least[1].total:
-            least = (weight, held)
-        if held.total <= budget:
-            solution.memory_weight = weight
-            return solution
-    problem.set_memory_weight(0.0)
-    weight, held = least
-    raise GraphShardingError(
-        f"no plan found within memory_budget={budget:,} bytes per rank: the least found "
-        f"holds {held.total:,} ({held.parameters:,} parameter state with {optimizer_states} "
-        f"optimizer states, {held.inputs:,} inputs, {held.activations:,} activations), at "
-        f"memory weight {weight:g}; a larger mesh, fewer optimizer states or a smaller "
-        "batch would lower it")

@@ -36,7 +36,7 @@ from dtensor.graph.costs import reshard_table
 from dtensor.graph.errors import AnnotationError
 from dtensor.ops.propagate import per_dim_strategies
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
-from dtensor.placements import (
+from dtensor.placements import (Pl,
     Partial,
     Placement,
     PlacementError,
@@ -48,7 +48,6 @@ from dtensor.placements import (
 )
 
 HINT_PENALTY = 1e-6  # Note [graph sharding problem]
-Pl = tuple[Placement, ...]
 
 
 @dataclass(frozen=True, slots=True)

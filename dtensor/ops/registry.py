@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from dtensor.layout import Box
 from dtensor.placements import Placement, fmt_placements
 from dtensor.spec import TensorSpec  # rules import it from here
 
@@ -100,7 +101,6 @@ Rule = Callable[[OpSpec], Sequence[Strategy]]
 # local arguments and, per tensor input, the global box (start, stop per dim) its piece covers
 # (from the layout, so any nesting of mesh dims works); the dispatcher and the soundness
 # harness both call it, so what the harness proves is what runs.
-Box = tuple[tuple[int, int], ...]
 LocalFunction = Callable[[Any, tuple, dict, Sequence["Box | None"]], Any]
 LOCAL_FUNCTIONS: dict[str, LocalFunction] = {}
 

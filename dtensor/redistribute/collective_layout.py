@@ -23,13 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dtensor.layout import (Box, box_contains, box_intersect, box_numel, local_box, local_shape,
-                            mesh_groups)
+from dtensor.layout import (Box, Coord, box_contains, box_intersect, box_numel, local_box,
+                            local_shape, mesh_groups)
 from dtensor.redistribute.reference import StepError
 from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.redistribute.planner import Step
 
-Coord = tuple[int, ...]
 
 
 @lru_cache(maxsize=256)

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from dtensor.redistribute import collective_layout as cl
 from dtensor import comm
 from dtensor.comm import AsyncCollectiveTensor, Handle
-from dtensor.layout import Box, box_shape, local_box, local_shape
+from dtensor.layout import Coord, Box, box_shape, local_box, local_shape
 from dtensor.redistribute.reference import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.redistribute.reference import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
@@ -53,7 +53,6 @@ from dtensor.placements import Placement, Replicate, fmt_placements
 from dtensor.redistribute.planner import Step, plan
 from dtensor.spec import DTensorSpec
 
-Coord = tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from dtensor.layout import (
+from dtensor.layout import (Coord,
     Box,
     box_contains,
     box_intersect,
@@ -53,7 +53,6 @@ COLLECTIVE_KINDS = ("all_gather", "all_to_all", "all_reduce", "reduce_scatter")
 LOCAL_KINDS = ("local_slice", "local_partial", "local_scale")
 STEP_KINDS = COLLECTIVE_KINDS + LOCAL_KINDS
 
-Coord = tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +241,29 @@ def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: t
     return _plan(src, dst, mesh_shape, global_shape, itemsize)
 
 
+def distances(src_placements: Sequence[Placement | int], mesh_shape: Sequence[int],
+              global_shape: Sequence[int], itemsize: int = 4,
+              partial_ops: Sequence[str] = ()) -> dict[tuple[Placement, ...], int] | None:
+    """Bytes of the planned move from ``src_placements`` to every placement list reachable
+    over Shard, Replicate and the Partial kinds of ``src_placements`` and ``partial_ops``:
+    ``plan_bytes(plan(src, dst, ...))`` for every ``dst`` at once, from one search (Note [one
+    search per source]). None where the planner's edges depend on the target (Note
+    [one search per source]): ask ``plan`` pair by pair there.
+
+    >>> d = distances([Shard(0), Shard(0)], (2, 4), (8, 8))
+    >>> d[(Replicate(), Replicate())]  # 7/8 of 256 B, 8 ranks
+    1792
+    """
+    ndim, mesh_ndim = len(global_shape), len(mesh_shape)
+    mesh_shape, global_shape = tuple(mesh_shape), tuple(global_shape)
+    src = normalize_placements(src_placements, ndim, mesh_ndim, shape=global_shape)
+    ops = tuple(sorted({p.reduce_op for p in src if isinstance(p, Partial)} | set(partial_ops)))
+    if itemsize <= 0 or not _enumerates_all(ndim, len(ops), mesh_ndim):
+        return None
+    costs = _state_graph(mesh_shape, global_shape, ops).search(src).costs()
+    return {state: (cost >> (2 * _LOW)) * itemsize for state, cost in costs.items()}
+
+
 def _universe(ndim: int, ops: Sequence[str]) -> list[Placement]:
     return [Shard(d) for d in range(ndim)] + [Replicate()] + [Partial(op) for op in ops]
 
@@ -391,27 +413,40 @@ class _Search:
             path = self.paths.get(j)
             if path is not None:
                 return path
-            settled, heap = self.settled, self.heap
-            while j not in settled:
-                if not heap:
-                    raise ValueError(
-                        f"no plan from {fmt_placements(g.states[self.src])} to "
-                        f"{fmt_placements(dst)} on mesh {g.mesh_shape} for shape "
-                        f"{g.global_shape}")  # every state reaches R..R
-                cost, tie, i, came_from, x = heapq.heappop(heap)
-                if came_from == _CURSOR:
-                    edge = g.edge(i, x)
-                    if edge is not None:
-                        k, inc, step = edge
-                        if k not in settled:
-                            heapq.heappush(heap, (cost - 1 + inc, tie, k, i, step))
-                        heapq.heappush(heap, (cost, tie + 1, i, _CURSOR, x + 1))
-                    continue
-                if i in settled:
-                    continue
-                settled[i] = (cost, came_from, x)
-                heapq.heappush(heap, (cost + 1, next(self.blocks) << _BLOCK, i, _CURSOR, 0))
+            if not self._settle(j):
+                raise ValueError(
+                    f"no plan from {fmt_placements(g.states[self.src])} to "
+                    f"{fmt_placements(dst)} on mesh {g.mesh_shape} for shape "
+                    f"{g.global_shape}")  # every state reaches R..R
             return self._path(j)
+
+    def costs(self) -> dict[tuple[Placement, ...], int]:
+        """Every reachable state's least cost (packed, ``_pack``), the search run to its end."""
+        g = self.graph
+        with g._lock:
+            self._settle(None)
+            return {g.states[i]: cost for i, (cost, _, _) in self.settled.items()}
+
+    def _settle(self, j: int | None) -> bool:
+        """Run the search until state ``j`` is settled (every state for None); whether it is."""
+        g, settled, heap = self.graph, self.settled, self.heap
+        while j is None or j not in settled:
+            if not heap:
+                return j is None
+            cost, tie, i, came_from, x = heapq.heappop(heap)
+            if came_from == _CURSOR:
+                edge = g.edge(i, x)
+                if edge is not None:
+                    k, inc, step = edge
+                    if k not in settled:
+                        heapq.heappush(heap, (cost - 1 + inc, tie, k, i, step))
+                    heapq.heappush(heap, (cost, tie + 1, i, _CURSOR, x + 1))
+                continue
+            if i in settled:
+                continue
+            settled[i] = (cost, came_from, x)
+            heapq.heappush(heap, (cost + 1, next(self.blocks) << _BLOCK, i, _CURSOR, 0))
+        return True
 
     def _path(self, j: int) -> tuple[Step, ...]:
         path = self.paths.get(j)

@@ -22,12 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from dtensor.layout import (box_contains, box_intersect, box_numel, box_shape, local_box,
+from dtensor.layout import (Coord, box_contains, box_intersect, box_numel, box_shape, local_box,
                             local_shape, local_slices, mesh_coordinates, mesh_groups)
 from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
 from dtensor.redistribute.planner import Step
 
-Coord = tuple[int, ...]
 Locals = dict[Coord, torch.Tensor]
 
 
