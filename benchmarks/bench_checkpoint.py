@@ -71,10 +71,7 @@ import torch.distributed.tensor  # noqa: E402,F401
 
 from dtensor.layout import local_slices  # noqa: E402
 
-try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
-    import readme_figures  # noqa: E402
-except ImportError:
-    from benchmarks import readme_figures  # noqa: E402
+from opdb_tests import readme_figures  # noqa: E402
 
 LIBS = ("ours", "torch")
 SOURCE_MESH, TARGET_MESH = (2, 4), (8,)

@@ -32,11 +32,12 @@ import dtensor
 import simpg
 from dtensor.dispatch import native
 
+from opdb_tests import readme_figures
+
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions
-    import readme_figures
 except ImportError:
-    from benchmarks import conditions, readme_figures
+    from benchmarks import conditions
 
 warnings.filterwarnings("ignore")
 N = 8

@@ -69,11 +69,12 @@ from dtensor.graph import Problem, ShardSpec, ShardingPlan, capture_train_step, 
 from dtensor.graph.compute import FORMULAS, local_shape, op_flops  # noqa: E402
 from examples.models import bert, llama  # noqa: E402
 
+from opdb_tests import readme_figures  # noqa: E402
+
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions  # noqa: E402
-    import readme_figures  # noqa: E402
 except ImportError:
-    from benchmarks import conditions, readme_figures  # noqa: E402
+    from benchmarks import conditions  # noqa: E402
 
 MESH = (2, 4)
 # what the spread line says: bytes and FLOPs are counted; only inference is timed, once

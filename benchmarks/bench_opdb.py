@@ -36,10 +36,7 @@ import time
 import warnings
 from typing import Any, Callable
 
-try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
-    import readme_figures
-except ImportError:
-    from benchmarks import readme_figures
+from opdb_tests import readme_figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(ROOT, "benchmarks", "torch_opdb_harness.py")

@@ -37,11 +37,12 @@ from dtensor import redistribute
 import simpg
 from simpg.testing import torch_meshes_per_rank
 
+from opdb_tests import readme_figures
+
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions
-    import readme_figures
 except ImportError:
-    from benchmarks import conditions, readme_figures
+    from benchmarks import conditions
 
 MESHES = ((4,), (2, 2), (2, 4))
 SHAPES = ((8, 4), (7, 5))

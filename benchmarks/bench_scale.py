@@ -35,11 +35,12 @@ import dtensor
 import simpg
 from simpg.testing import torch_meshes_per_rank
 
+from opdb_tests import readme_figures
+
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions
-    import readme_figures
 except ImportError:
-    from benchmarks import conditions, readme_figures
+    from benchmarks import conditions
 
 WORLD_SIZES = (2, 4, 8, 16, 32, 64)
 QUICK_WORLD_SIZES = (2, 4, 16, 64)

@@ -37,11 +37,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from opdb_tests import readme_figures
+
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions
-    import readme_figures
 except ImportError:
-    from benchmarks import conditions, readme_figures
+    from benchmarks import conditions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (4, 8)

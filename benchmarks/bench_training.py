@@ -86,11 +86,12 @@ from examples.models import llama  # noqa: E402
 from examples.train_report import collective_summary, unique_records  # noqa: E402
 from simpg.overlap import INTERCONNECTS, interconnect  # noqa: E402
 
+from opdb_tests import readme_figures  # noqa: E402
+
 try:  # run as a script, benchmarks/ is on sys.path; loaded by the tests, the root is
     import conditions  # noqa: E402
-    import readme_figures  # noqa: E402
 except ImportError:
-    from benchmarks import conditions, readme_figures  # noqa: E402
+    from benchmarks import conditions  # noqa: E402
 
 LIBS = ("ours", "torch")
 FULL = "fsdp+tp+sp+loss"  # fully sharded over dp, tensor + sequence + loss parallel over tp

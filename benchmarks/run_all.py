@@ -40,7 +40,7 @@ BENCHMARKS = ROOT / "benchmarks"
 if str(ROOT) not in sys.path:  # run as a script: the root's packages are importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import readme_figures
+from opdb_tests import readme_figures  # noqa: E402  (after the sys.path line above)
 
 
 @dataclass(frozen=True)

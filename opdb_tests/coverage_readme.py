@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from benchmarks.readme_figures import README, read_block, replace_block
+from opdb_tests.readme_figures import README, read_block, replace_block
 
 BLOCK = "coverage"
 COMMAND = ".venv/bin/python -m opdb_tests.coverage"

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.readme_figures import README
+from opdb_tests.readme_figures import README
 from opdb_tests import cases, coverage, coverage_readme, expectations, sweep
 from opdb_tests.cases import (MESHES, Entry, aten_call, entries, one_partial_family,
                               placement_options, samples, size)

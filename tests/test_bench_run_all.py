@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import readme_figures as rf
+from opdb_tests import readme_figures as rf
 from benchmarks import run_all
 
 README = rf.README.read_text()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from benchmarks import readme_figures as rf
+from opdb_tests import readme_figures as rf
 from opdb_tests import coverage_readme
 
 README = rf.README.read_text()
