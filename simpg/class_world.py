@@ -5,7 +5,7 @@ torch's continuous test base (``MultiProcContinuousTest``) starts its ranks once
 and runs every test method on them, because starting processes and NCCL costs seconds. A
 simpg world costs milliseconds (a thread and an ``init_process_group`` per rank), yet for a
 class of many tiny methods that is about a third of the time: see the figures in
-tests/test_simpg_porting_worlds.py's docstring.
+tests/simpg/test_porting_worlds.py's docstring.
 
 A ``ClassWorld`` is one ``simpg.run`` on a host thread whose ranks run test methods as the
 caller hands them over. Between methods the ranks are *parked* (``World.park``): each gives

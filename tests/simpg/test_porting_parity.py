@@ -20,7 +20,7 @@ torch 27 pass, 12 fail (two of them ``feature_alpha_dropout.with_train`` and
 A slow test (``-m slow``), in a subprocess of its own: torch's threaded process group leaves
 c10d state behind that a later world in the same process can trip on. By hand::
 
-    .venv/bin/python tests/test_simpg_porting_parity.py 120
+    .venv/bin/python tests/simpg/test_porting_parity.py 120
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # torch fails these, not always: its ranks draw different samples (one RNG for its threads)
 KNOWN_TORCH_ARTIFACTS = {"nn.functional.max_unpool3d.grad",
                          "nn.functional.feature_alpha_dropout.with_train",

@@ -21,7 +21,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 from simpg.dtensor_lib import OURS, TORCHS, choose_library
 from simpg.testing import DTensorTestBase, with_comms
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class TorchNamesTest(DTensorTestBase):

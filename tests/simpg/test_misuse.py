@@ -5,7 +5,6 @@ the tally (clear error / wrong error / hang / silent) that the issue tracks.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -16,9 +15,9 @@ import torch.distributed as dist
 
 import simpg
 from simpg.errors import UnwaitedWorkError
+from tests.support.simpg_helpers import run_bounded, spin_forever
 
 TIMEOUT_S = 1.0  # every world here; the stuck ones end at it
-HANG_GUARD_S = 60.0  # only a real hang reaches this
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,6 @@ def _default_group() -> Any:
 
 def _on(rank: int, fn: Callable[[], Any], other: Callable[[], Any] = lambda: None) -> Any:
     return fn() if _rank() == rank else other()
-
-
-def _spin() -> None:
-    while True:
-        pass
 
 
 def _new_group_01():
@@ -217,7 +211,7 @@ CATALOGUE = [
     Misuse("nested_run", _nested, simpg.SimpgError, "worlds do not nest"),
     Misuse("exception_in_a_rank", lambda: _on(1, lambda: int("x")), ValueError,
            "invalid literal for int()"),
-    Misuse("busy_loop_on_every_rank", _spin, simpg.DeadlockError, "rank 0 ran for"),
+    Misuse("busy_loop_on_every_rank", spin_forever, simpg.DeadlockError, "rank 0 ran for"),
     Misuse("sleep_past_the_timeout", lambda: _on(1, lambda: time.sleep(30), dist.barrier),
            simpg.DeadlockError, "rank 1 ran for"),
     Misuse("injected_stall", lambda: dist.barrier(), simpg.DeadlockError,
@@ -226,22 +220,12 @@ CATALOGUE = [
 
 
 def _run_bounded(case: Misuse) -> BaseException | None:
-    """Run the case; return what it raised (None: it returned). A hang fails the test."""
-    box: dict = {}
-
-    def call() -> None:
-        try:
-            simpg.run(case.program, case.world_size,
-                      **{"timeout": TIMEOUT_S, **case.run_kwargs})
-        except BaseException as e:  # noqa: BLE001 - handed back to the test thread
-            box["error"] = e
-
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    t.join(HANG_GUARD_S)
-    if t.is_alive():
-        box["error"] = TimeoutError(f"{case.name}: simpg.run did not return (a hang)")
-    return box.get("error")
+    """Run the case; return what it raised (None: it returned), a hang included."""
+    try:
+        run_bounded(case.program, case.world_size, **{"timeout": TIMEOUT_S, **case.run_kwargs})
+    except BaseException as e:  # noqa: BLE001 - the outcome is what is tested
+        return e
+    return None
 
 
 def classify(case: Misuse) -> str:
@@ -270,7 +254,7 @@ def test_misuse_gets_its_error(case: Misuse) -> None:
     assert case.message in str(error), f"{case.name}: {error}"
 
 
-if __name__ == "__main__":  # the tally: python tests/test_misuse_simpg.py
+if __name__ == "__main__":  # the tally: python -m tests.simpg.test_misuse
     from collections import Counter
 
     outcomes = {c.name: classify(c) for c in CATALOGUE}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-import unittest
 
 import torch
 import torch.distributed as dist
@@ -20,8 +19,7 @@ import torch.distributed as dist
 from simpg.class_world import ClassWorld, WorldEnded
 from simpg.testing import DTensorTestBase, _kept_worlds
 from simpg.world import rank_context
-
-FAST_S = 10.0
+from tests.support.simpg_helpers import FAST_S, run_test_methods
 
 
 class KeptUnderPytest(DTensorTestBase):
@@ -45,13 +43,6 @@ class KeptUnderPytest(DTensorTestBase):
             self.assertIn(len(self.worlds), (1, 3))  # 1: run alone (pytest -k)
 
 
-def _run(cls: type, *names: str) -> unittest.TestResult:
-    """The methods in order, then the class's tearDownClass, as unittest runs a class."""
-    result = unittest.TestResult()
-    unittest.TestSuite([cls(name) for name in names]).run(result)
-    return result
-
-
 def _worlds_seen(class_world: bool) -> list[object]:
     seen: list[object] = []  # the World objects (kept alive: ids are not reused)
 
@@ -66,7 +57,7 @@ def _worlds_seen(class_world: bool) -> list[object]:
         test_a = test_b = test_c = record
 
     Kept.class_world = class_world
-    result = _run(Kept, "test_a", "test_b", "test_c")
+    result = run_test_methods(Kept, "test_a", "test_b", "test_c")
     assert result.wasSuccessful(), result.errors + result.failures
     return seen
 
@@ -109,8 +100,8 @@ def test_a_failing_method_ends_the_world_and_the_next_gets_a_new_one():
         test_4_passes_too = test_3_passes
 
     start = time.monotonic()
-    result = _run(FailsThenPasses, "test_1_fails", "test_2_deadlocks", "test_3_passes",
-                  "test_4_passes_too")
+    result = run_test_methods(FailsThenPasses, "test_1_fails", "test_2_deadlocks",
+                              "test_3_passes", "test_4_passes_too")
     assert time.monotonic() - start < FAST_S
     assert [t.id().rsplit(".", 1)[1] for t, _ in result.failures] == ["test_1_fails"]
     assert "raised on rank 1 of 2" in result.failures[0][1]
@@ -137,7 +128,7 @@ def test_a_method_that_destroys_the_group_passes_and_the_next_gets_a_new_world()
             worlds.append(rank_context.get()[0])
             self.assertEqual(dist.get_world_size(), 2)
 
-    result = _run(Destroys, "test_1_destroys", "test_2_runs")
+    result = run_test_methods(Destroys, "test_1_destroys", "test_2_runs")
     assert result.wasSuccessful(), result.errors + result.failures
     assert len({id(w) for w in worlds}) == 2
 
@@ -156,7 +147,7 @@ def test_each_method_starts_from_the_seed_on_every_rank():
 
         test_a = test_b = draw
 
-    result = _run(Draws, "test_a", "test_b")
+    result = run_test_methods(Draws, "test_a", "test_b")
     assert result.wasSuccessful(), result.errors + result.failures
     assert len(draws["test_b"]) == 2
     assert len(set(draws["test_a"] + draws["test_b"])) == 1  # every rank, every method
@@ -171,7 +162,7 @@ def test_tear_down_class_ends_the_kept_world():
             dist.barrier()
 
     before = {t for t in threading.enumerate() if t.name == "simpg-class-world"}
-    result = _run(Short, "test_once")
+    result = run_test_methods(Short, "test_once")
     assert result.wasSuccessful(), result.errors + result.failures
     assert Short not in _kept_worlds
     after = {t for t in threading.enumerate() if t.name == "simpg-class-world"}

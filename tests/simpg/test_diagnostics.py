@@ -24,7 +24,7 @@ def test_mismatched_op_shows_every_ranks_call_with_file_and_line():
     msg = str(info.value)
     assert "rank 0: all_reduce" in msg and "rank 1: broadcast" in msg
     assert "rank 2: all_reduce" in msg
-    assert "test_simpg_diagnostics.py:" in msg
+    assert "test_diagnostics.py:" in msg
 
 
 @pytest.mark.parametrize("what", ["shape", "dtype", "reduce op"])
@@ -83,7 +83,7 @@ def test_a_rank_that_never_yields_hits_the_timeout_with_its_position():
     with pytest.raises(simpg.DeadlockError) as info:
         simpg.run(body, 2, timeout=0.3)
     assert time.monotonic() - start < 10
-    assert "rank 1 ran for" in str(info.value) and "test_simpg_diagnostics.py" in str(info.value)
+    assert "rank 1 ran for" in str(info.value) and "test_diagnostics.py" in str(info.value)
 
 
 def test_rank_failure_reraises_original_with_rank_and_releases_others():

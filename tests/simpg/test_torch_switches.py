@@ -22,7 +22,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 import simpg
 from simpg.isolation import adopt
 
-PROGRAM = Path(__file__).parent / "programs" / "torch_switches_program.py"
+PROGRAM = Path(__file__).parents[1] / "programs" / "torch_switches_program.py"
 SEEDS = [None, *range(8)]  # round-robin, then seeded interleavings
 WORLD_SIZE = 4
 GLOO_TIMEOUT_S = 180.0  # 4 processes that each import torch's DTensor, on a busy machine

@@ -22,20 +22,7 @@ import torch
 import torch.distributed as dist
 
 from simpg.testing import DTensorOpTestBase, DTensorTestBase, skip_if_lt_x_gpu, with_comms
-
-FAST_S = 10.0  # a deadlock must be reported within this, not hang until a CI timeout
-
-
-def _ints(*shape: int, seed: int) -> torch.Tensor:
-    """Integer-valued float64: sums are exact, so results compare exactly."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(-9, 10, shape, generator=g).to(torch.float64)
-
-
-def _run(cls: type[unittest.TestCase], *names: str) -> unittest.TestResult:
-    result = unittest.TestResult()
-    unittest.TestSuite([cls(name) for name in names]).run(result)
-    return result
+from tests.support.simpg_helpers import FAST_S, integer_valued, run_test_methods
 
 
 def _report(result: unittest.TestResult) -> str:
@@ -58,7 +45,8 @@ class DTensorAPITest(DTensorTestBase):
     @with_comms
     def test_redistribute_uneven_shards(self):
         api, mesh = self.api, self.build_device_mesh()
-        full = _ints(10, 6, seed=0)  # 10 rows over 4 ranks: 3, 3, 3, 1; 6 columns: 2, 2, 2, 0
+        # 10 rows over 4 ranks: 3, 3, 3, 1; 6 columns: 2, 2, 2, 0
+        full = integer_valued(10, 6, seed=0)
         d = api.distribute_tensor(full, mesh, [api.Shard(0)])
         self.assertEqual(d.to_local(), full.chunk(4)[self.rank])
         r = d.redistribute(mesh, [api.Replicate()])
@@ -84,7 +72,7 @@ class DTensorAPITest(DTensorTestBase):
         api, mesh = self.api, self.build_device_mesh()
 
         def check(src: Any, dst: Any, shape: tuple[int, int]) -> None:
-            full = _ints(*shape, seed=sum(shape))
+            full = integer_valued(*shape, seed=sum(shape))
             d = api.distribute_tensor(full, mesh, [src]).redistribute(mesh, [dst])
             self.assertEqual(d.placements, (dst,))
             self.assertEqual(d.full_tensor(), full)
@@ -97,7 +85,7 @@ class DTensorAPITest(DTensorTestBase):
         # the redistribute plan of a 2-d mesh depends on the rank's coordinate (torch caches it)
         api = self.api
         mesh = api.init_device_mesh(self.device_type, (2, 2))
-        full = _ints(7, 5, seed=3)
+        full = integer_valued(7, 5, seed=3)
         d = api.distribute_tensor(full, mesh, [api.Shard(0), api.Shard(0)])
         rows = full.chunk(2)[self.rank // 2].chunk(2)[self.rank % 2]
         self.assertEqual(d.to_local(), rows)
@@ -142,7 +130,7 @@ def test_a_failure_names_its_rank():
             if self.rank == 2:
                 self.assertEqual(t, torch.zeros(3))  # the others wait in the barrier
 
-    result = _run(FailsOnRankTwo, "test_rank_two")
+    result = run_test_methods(FailsOnRankTwo, "test_rank_two")
     assert len(result.failures) == 1 and not result.errors
     text = _report(result)
     assert "raised on rank 2 of 4" in text and "Mismatched elements: 3 / 3" in text
@@ -168,7 +156,7 @@ def test_every_failing_subtest_is_reported_with_its_rank_and_values():
 
             self.run_subtests({"placement": [Shard(0), Replicate()], "n": [3, 4]}, check)
 
-    result = _run(GridFails, "test_grid")
+    result = run_test_methods(GridFails, "test_grid")
     assert len(result.failures) == 1 and not result.errors
     text = _report(result)
     assert "test_grid: 2 failing subtest(s) of 4 on 4 simulated ranks" in text
@@ -192,7 +180,7 @@ def test_a_deadlock_or_mismatch_is_reported_not_hung(case):
                 dist.all_reduce(torch.ones(1 + self.rank))
 
     start = time.monotonic()
-    result = _run(Stuck, "test_stuck")
+    result = run_test_methods(Stuck, "test_stuck")
     assert time.monotonic() - start < FAST_S
     assert len(result.errors) == 1 and not result.failures
     text = _report(result)
@@ -217,7 +205,7 @@ def test_a_deadlocked_subtest_does_not_hide_a_failing_one():
             self.run_subtests({"case": ["ok", "deadlock", "fails", "ok again"]}, check)
 
     start = time.monotonic()
-    text = _report(_run(DeadlockAndFailure, "test_cases"))
+    text = _report(run_test_methods(DeadlockAndFailure, "test_cases"))
     assert time.monotonic() - start < FAST_S
     assert "2 failing subtest(s)" in text
     assert "[case='deadlock'] failed on every rank of 2 (no rank to blame)" in text
@@ -233,7 +221,7 @@ def test_a_failure_in_subtest_names_the_rank_and_the_parameters():
                 with self.subTest(n=n):
                     self.assertEqual(n * self.rank, 0)  # rank 1 fails at n=1
 
-    text = _report(_run(SubTestFails, "test_sub"))
+    text = _report(run_test_methods(SubTestFails, "test_sub"))
     assert "in subTest(n=1) on rank 1" in text and "raised on rank 1 of 2" in text
 
 
@@ -249,7 +237,7 @@ def test_unittest_marks_survive_the_rank_wrapper():
         def test_skipped(self):
             raise AssertionError("never runs")
 
-    result = _run(Marked, "test_expected", "test_skipped")
+    result = run_test_methods(Marked, "test_expected", "test_skipped")
     assert len(result.expectedFailures) == 1 and len(result.skipped) == 1
     assert result.wasSuccessful()
 
@@ -263,7 +251,7 @@ def test_gpu_decorator_skips_an_accelerator_test_without_enough_devices():
         def test_gpus(self):
             raise AssertionError("must not run")
 
-    result = _run(NeedsGpus, "test_gpus")
+    result = run_test_methods(NeedsGpus, "test_gpus")
     found = torch.accelerator.device_count() if torch.accelerator.is_available() else 0
     assert [reason for _, reason in result.skipped] == [f"needs 1000 cuda devices, found {found}"]
 
@@ -284,7 +272,7 @@ def test_dtensors_compare_like_torch_compares_them():
                 self.assertEqual(a, torch.arange(4.0))
             self.assertNotEqual(a.full_tensor(), torch.zeros(4))
 
-    result = _run(Compare, "test_compare")
+    result = run_test_methods(Compare, "test_compare")
     assert result.wasSuccessful(), _report(result)
 
 
@@ -303,7 +291,7 @@ def test_warning_filters_changed_on_the_ranks_are_the_callers_again_after():
     import torch._dynamo  # noqa: F401 - torch's TestCase.run imports it; it adds filters
 
     before = list(warnings.filters)
-    result = _run(Quiet, "test_quiet")
+    result = run_test_methods(Quiet, "test_quiet")
     assert result.wasSuccessful(), _report(result)
     assert warnings.filters == before
 
@@ -318,7 +306,7 @@ def test_torch_caches_are_fresh_for_each_rank():
             self.test_two_dim_mesh_uneven()
             sizes.append(_gen_transform_infos.cache_info().currsize)
 
-    result = _run(Probe, "test_probe")
+    result = run_test_methods(Probe, "test_probe")
     assert result.wasSuccessful(), _report(result)
     from torch.distributed.tensor._redistribute import _gen_transform_infos, _planner_cache
 

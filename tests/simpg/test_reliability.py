@@ -11,30 +11,7 @@ import torch.distributed as dist
 
 import simpg
 from simpg.errors import UnwaitedWorkError, UnwaitedWorkWarning
-
-HANG_GUARD_S = 60  # far above every timeout used here: only a real hang reaches it
-
-
-def _bounded(fn, *args, **kwargs):
-    """Call simpg.run in a helper thread; fail (instead of hanging the suite) if it never
-    returns. Returns its result or raises what it raised."""
-    box: dict = {}
-
-    def call():
-        try:
-            box["result"] = simpg.run(fn, *args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 - handed back to the test thread
-            box["error"] = e
-
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    t.join(HANG_GUARD_S)
-    if t.is_alive():
-        pytest.fail(f"simpg.run did not return within {HANG_GUARD_S}s")
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
+from tests.support.simpg_helpers import run_bounded, spin_forever
 
 def _next_world_works():
     def body():
@@ -42,20 +19,15 @@ def _next_world_works():
         dist.all_reduce(t)
         return t.item()
 
-    assert _bounded(body, 3, timeout=5) == [6.0, 6.0, 6.0]
-
-
-def _spin_forever():
-    while True:
-        pass
+    assert run_bounded(body, 3, timeout=5) == [6.0, 6.0, 6.0]
 
 
 def test_every_rank_busy_outside_collectives_times_out():
     with pytest.raises(simpg.DeadlockError) as info:
-        _bounded(_spin_forever, 3, timeout=1)
+        run_bounded(spin_forever, 3, timeout=1)
     msg = str(info.value)
     assert "timeout (1s): rank 0 ran for" in msg
-    assert "rank 0: running at" in msg and "in _spin_forever" in msg
+    assert "rank 0: running at" in msg and "in spin_forever" in msg
     assert "rank 1: ready to run (has not started its function)" in msg
     _next_world_works()
 
@@ -63,13 +35,13 @@ def test_every_rank_busy_outside_collectives_times_out():
 def test_a_looping_rank_while_another_waits_returns_and_names_both():
     def body():
         if dist.get_rank() == 1:
-            _spin_forever()
+            spin_forever()
         dist.barrier()
 
     with pytest.raises(simpg.DeadlockError) as info:
-        _bounded(body, 2, timeout=1)
+        run_bounded(body, 2, timeout=1)
     msg = str(info.value)
-    assert "rank 1: running at" in msg and "in _spin_forever <- " in msg
+    assert "rank 1: running at" in msg and "in spin_forever <- " in msg
     assert "rank 0: waiting in barrier() on group world at" in msg
     assert any("[simpg] rank(s) [1] did not return" in n for n in info.value.__notes__)
     _next_world_works()
@@ -85,7 +57,7 @@ def test_a_sleeping_rank_is_reported_at_the_timeout_not_when_it_wakes():
         dist.barrier()
 
     with pytest.raises(simpg.DeadlockError, match=r"rank 0 ran for .* without reaching"):
-        _bounded(body, 2, timeout=1)
+        run_bounded(body, 2, timeout=1)
     assert not woke.is_set()  # reported while the rank still slept
     _next_world_works()  # the sleeping rank no longer holds the CPU
 
@@ -99,7 +71,7 @@ def test_a_rank_blocked_outside_simpg_is_abandoned():
         dist.all_reduce(torch.ones(1))
 
     with pytest.raises(simpg.DeadlockError) as info:
-        _bounded(body, 3, timeout=1)
+        run_bounded(body, 3, timeout=1)
     assert "rank 2: running at" in str(info.value) and "in body" in str(info.value)
     never.set()  # let the abandoned thread unwind (it raises RankAbandoned, swallowed)
     _next_world_works()
@@ -107,7 +79,7 @@ def test_a_rank_blocked_outside_simpg_is_abandoned():
 
 def test_a_rank_alone_that_loops_forever_times_out():
     with pytest.raises(simpg.DeadlockError, match="rank 0 ran for"):
-        _bounded(_spin_forever, 1, timeout=1)
+        run_bounded(spin_forever, 1, timeout=1)
 
 
 def test_a_rank_that_keeps_running_after_the_failure_is_left_behind():
@@ -117,10 +89,10 @@ def test_a_rank_that_keeps_running_after_the_failure_is_left_behind():
         try:
             dist.barrier()
         except simpg.RankFailedError:
-            _spin_forever()  # a cleanup that never ends
+            spin_forever()  # a cleanup that never ends
 
     with pytest.raises(ValueError, match="rank 1 broke") as info:
-        _bounded(body, 2, timeout=1)
+        run_bounded(body, 2, timeout=1)
     assert any("[simpg] rank(s) [0] were still running user code" in n
                for n in info.value.__notes__)
     _next_world_works()
@@ -130,23 +102,23 @@ def test_except_exception_in_user_code_does_not_swallow_the_interrupt():
     def body():
         while True:
             try:
-                _spin_forever()
+                spin_forever()
             except Exception:  # noqa: BLE001, S110 - what careless user code does
                 pass
 
     with pytest.raises(simpg.DeadlockError):
-        _bounded(body, 2, timeout=1)
+        run_bounded(body, 2, timeout=1)
     _next_world_works()
 
 
 def test_a_timeout_inside_run_subtests_ends_the_world():
     def check(n):
         if n == 2 and dist.get_rank() == 1:
-            _spin_forever()
+            spin_forever()
         dist.barrier()
 
     with pytest.raises(simpg.DeadlockError, match="rank 1 ran for"):
-        _bounded(simpg.run_subtests, 2, {"n": [1, 2, 3]}, check, timeout=1)
+        run_bounded(simpg.run_subtests, 2, {"n": [1, 2, 3]}, check, timeout=1)
     _next_world_works()
 
 
@@ -157,7 +129,7 @@ def test_collectives_reset_the_timeout_clock():
             dist.barrier()
         return True
 
-    assert _bounded(body, 1, timeout=1) == [True]
+    assert run_bounded(body, 1, timeout=1) == [True]
 
 
 def test_polling_is_completed_without_wait_times_out_instead_of_spinning():
@@ -167,7 +139,7 @@ def test_polling_is_completed_without_wait_times_out_instead_of_spinning():
             pass
 
     with pytest.raises(simpg.DeadlockError, match="rank 0 ran for"):
-        _bounded(body, 2, timeout=1)
+        run_bounded(body, 2, timeout=1)
 
 
 # -- un-waited async work --------------------------------------------------------------------
@@ -185,12 +157,12 @@ def test_unwaited_work_warns_with_the_collective_and_the_user_call_site():
     msg = str(record[0].message)
     assert msg.startswith("2 collective(s) issued with async_op=True were never waited")
     assert "rank 0: all_reduce(shapes=[(1,)]" in msg and "rank 1: all_reduce" in msg
-    assert "test_simpg_reliability.py" in msg  # the user's line, not simpg's
+    assert "test_reliability.py" in msg  # the user's line, not simpg's
     assert record[0].filename == __file__  # points at the simpg.run call
 
 
 def test_strict_async_raises_instead():
-    with pytest.raises(UnwaitedWorkError, match="rank 1: all_reduce.*test_simpg_reliability"):
+    with pytest.raises(UnwaitedWorkError, match="rank 1: all_reduce.*test_reliability"):
         simpg.run(_unwaited_body, 2, strict_async=True)
 
 

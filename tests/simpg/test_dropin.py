@@ -14,16 +14,11 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 
 import simpg
 from tests.support.gloo_runner import load_program, run_program_on_gloo
+from tests.support.simpg_helpers import integer_valued
 
 RUN_TIMEOUT_S = 30.0  # per simpg.run: a hang becomes simpg's DeadlockError, not a stuck test
 GLOO_TIMEOUT_S = 120.0  # all gloo processes together; each starts torch and gloo (seconds)
-PROGRAM = Path(__file__).parent / "programs" / "collectives_program.py"
-
-
-def _ints(*shape: int, seed: int) -> torch.Tensor:
-    """Integer-valued float64: sums and products are exact, so results compare with equal."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(-9, 10, shape, generator=g).to(torch.float64)
+PROGRAM = Path(__file__).parents[1] / "programs" / "collectives_program.py"
 
 
 def _run4(fn, *args):
@@ -41,7 +36,7 @@ def test_process_groups_have_the_names_device_mesh_resolves():
 
 
 def test_distribute_tensor_uneven_shards_follow_torch_chunk():
-    full = _ints(10, 7, seed=0)  # 10 rows on 4 ranks: 3, 3, 3, 1
+    full = integer_valued(10, 7, seed=0)  # 10 rows on 4 ranks: 3, 3, 3, 1
 
     def body():
         mesh = init_device_mesh("cpu", (4,))
@@ -56,7 +51,7 @@ def test_distribute_tensor_uneven_shards_follow_torch_chunk():
 
 @pytest.mark.parametrize("dst", [Replicate(), Shard(1)], ids=["S(0)->R", "S(0)->S(1)"])
 def test_redistribute_from_shard0(dst):
-    full = _ints(10, 7, seed=1)
+    full = integer_valued(10, 7, seed=1)
 
     def body():
         mesh = init_device_mesh("cpu", (4,))
@@ -71,7 +66,7 @@ def test_redistribute_from_shard0(dst):
 
 
 def test_partial_to_replicate_from_local_and_from_a_sharded_sum():
-    full = _ints(10, 7, seed=2)
+    full = integer_valued(10, 7, seed=2)
 
     def body():
         mesh = init_device_mesh("cpu", (4,))
@@ -93,7 +88,7 @@ def test_partial_to_replicate_from_local_and_from_a_sharded_sum():
     (Shard(1), Shard(0), Partial()),  # contracted dim sharded: each rank a partial sum
 ], ids=["S(0)@R->S(0)", "R@S(1)->S(1)", "S(1)@S(0)->P"])
 def test_matmul_of_sharded_dtensors(pa, pb, out):
-    a, b = _ints(9, 10, seed=3), _ints(10, 6, seed=4)
+    a, b = integer_valued(9, 10, seed=3), integer_valued(10, 6, seed=4)
 
     def body():
         mesh = init_device_mesh("cpu", (4,))
@@ -106,7 +101,7 @@ def test_matmul_of_sharded_dtensors(pa, pb, out):
 
 
 def test_2d_named_mesh_shard_both_dims_and_redistribute():
-    full = _ints(5, 7, seed=5)  # uneven on both mesh dims: rows 3, 2; columns 4, 3
+    full = integer_valued(5, 7, seed=5)  # uneven on both mesh dims: rows 3, 2; columns 4, 3
 
     def body():
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
@@ -126,7 +121,7 @@ def test_2d_named_mesh_shard_both_dims_and_redistribute():
 
 
 def test_2d_mesh_matmul_partial_on_one_dim():
-    a, b = _ints(6, 8, seed=6), _ints(8, 5, seed=7)
+    a, b = integer_valued(6, 8, seed=6), integer_valued(8, 5, seed=7)
 
     def body():
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))

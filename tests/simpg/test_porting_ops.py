@@ -34,6 +34,7 @@ from torch.testing._internal.distributed._tensor.common_dtensor import DTensorCo
 from torch.utils import _pytree as pytree
 
 from simpg.testing import DTensorOpTestBase
+from tests.support.simpg_helpers import run_test_methods
 
 # a few op families: binary pointwise with broadcasting, unary, a reduction, a view, a split
 SLICE = ("add", "mul", "nn.functional.relu", "sum", "t", "split")
@@ -99,12 +100,6 @@ def _device_type_class(generic: type) -> type:
     return cls
 
 
-def _run(cls: type, *names: str) -> unittest.TestResult:
-    result = unittest.TestResult()
-    unittest.TestSuite([cls(name) for name in names]).run(result)
-    return result
-
-
 def test_the_slice_covers_its_ops():
     assert sorted(op.name for op in SLICE_OPS) == sorted(SLICE)
     names = sorted(n for n in dir(TestDTensorOpsSliceCPU)  # noqa: F821 - made by torch
@@ -121,7 +116,7 @@ def test_without_the_override_the_same_comparison_fails_on_every_rank():
             self.assertEqual(self.precision, 0.0)
             self.assertEqual(torch.full((2,), 1.0), torch.full((2,), 1.4))
 
-    result = _run(_device_type_class(NoOverride), "test_close_cpu_float32")
+    result = run_test_methods(_device_type_class(NoOverride), "test_close_cpu_float32")
     assert len(result.failures) == 1, result.errors
     assert "Mismatched elements: 2 / 2" in result.failures[0][1]
     assert "raised on rank 0 of 2" in result.failures[0][1]
@@ -139,7 +134,7 @@ def test_an_override_applies_on_each_rank_and_is_restored_after():
             seen.append((self.rank, self.precision))
 
     cls = _device_type_class(Override)
-    result = _run(cls, "test_seen_cpu_float32", "test_seen_cpu_float64")
+    result = run_test_methods(cls, "test_seen_cpu_float32", "test_seen_cpu_float64")
     assert result.wasSuccessful(), result.errors + result.failures
     assert sorted(seen) == [(0, 0.0), (0, 0.25), (1, 0.0), (1, 0.25), (2, 0.0), (2, 0.25)]
     assert cls("test_seen_cpu_float32").precision == 0.0  # the calling thread's: untouched
@@ -163,8 +158,8 @@ def test_expected_failures_and_skips_from_op_decorators():
                 self.assertEqual(self.rank, 0)  # fails on rank 1: an expected failure
             # mul passes: an unexpected success
 
-    result = _run(_device_type_class(Marked), "test_op_add_cpu_float32",
-                  "test_op_mul_cpu_float32", "test_op_t_cpu_float32")
+    result = run_test_methods(_device_type_class(Marked), "test_op_add_cpu_float32",
+                              "test_op_mul_cpu_float32", "test_op_t_cpu_float32")
     assert (len(result.expectedFailures), len(result.unexpectedSuccesses),
             len(result.skipped)) == (1, 1, 1)
     assert not result.failures and not result.errors

@@ -2,7 +2,7 @@
 DTensor's redistributes, with random faults and schedules. A small slice runs by default; the
 200-program sweep is marked slow:
 
-    python -m simpg.campaign --programs 200 --extra tests.test_fault_campaign:EXTRA_KINDS
+    python -m simpg.campaign --programs 200 --extra tests.simpg.test_fault_campaign:EXTRA_KINDS
 """
 
 from __future__ import annotations
