@@ -12,7 +12,7 @@ import torch
 from tests.support.mesh_world import run_on_mesh
 
 from dtensor import Partial, Shard, distribute_tensor, fallback_policy
-from dtensor.debug_comm import CommDebugMode
+from dtensor.comm.debug_mode import CommDebugMode
 from dtensor.ops.soundness import check_op
 
 P, aten = torch.ops.prims, torch.ops.aten

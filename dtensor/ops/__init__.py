@@ -26,9 +26,7 @@ from dtensor.ops import attention  # noqa: F401
 from dtensor.ops import foreach  # noqa: F401
 from dtensor.ops import diagonal, linalg, padding, pooling, upsampling  # noqa: F401
 from dtensor.ops import aliases, complex_views, fft, image, legacy_norm  # noqa: F401
-from dtensor.ops import elementwise_more, losses_more, reductions_more, selection  # noqa: F401
-from dtensor.ops import indexing_more, scatter_views, trilinear  # noqa: F401
-from dtensor.ops import distances, image_backward, norms_more, scatter_more  # noqa: F401
+from dtensor.ops import distances, scatter_views, selection, trilinear  # noqa: F401
 from dtensor.ops import pointwise  # noqa: F401  (last: see above)
 from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec, sharding_rule
 

@@ -1,5 +1,6 @@
-"""Helpers shared by the families whose ops keep some dims whole and carry the rest along:
-padding, pooling, upsampling, FFT, linear algebra over batch dims.
+"""Helpers shared by the rule families: whether a dim's pieces are even or non-empty, and the
+strategies of ops that keep some dims whole and carry the rest along (padding, pooling,
+upsampling, FFT, linear algebra over batch dims).
 
 Note [independent dims]
 Many ops compute each slice along some dims on its own: pooling each (image, channel) plane,
@@ -31,18 +32,47 @@ op-database sample with one dim emptied against its meta kernel
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from dtensor.ops.reductions import no_empty_piece
+from dtensor.layout import chunk_bounds
 from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, local_function
 from dtensor.placements import Partial, Replicate, Shard
 
 R = Replicate()
 LINEAR = (Partial("sum"), Partial("avg"))
 MOVES = LINEAR + (Partial("max"), Partial("min"))
+
+
+# Pieces of a dim sharded over this mesh dim (Note [uneven shards in reductions]).
+def _piece_sizes(n: int, splits: tuple[int, ...]) -> list[int]:
+    """Sizes of the leaves when ``n`` is chunked by each of ``splits`` in turn (nested)."""
+    sizes = [n]
+    for k in splits:
+        sizes = [b - a for s in sizes for a, b in (chunk_bounds(s, k, i) for i in range(k))]
+    return sizes
+
+
+def _earlier_subsets(op: OpSpec) -> list[tuple[int, ...]]:
+    """Mesh-dim sizes of every subset of the earlier mesh dims, then this one (nesting)."""
+    earlier = op.mesh_shape[:op.mesh_dim]
+    return [tuple(earlier[i] for i in keep) + (op.mesh_dim_size,)
+            for r in range(len(earlier) + 1) for keep in itertools.combinations(
+                range(len(earlier)), r)]
+
+
+def even_pieces(op: OpSpec, n: int) -> bool:
+    """Every piece of a dim of size ``n`` is equal, whichever earlier mesh dims shard it."""
+    return n % math.prod(op.mesh_shape[:op.mesh_dim + 1]) == 0
+
+
+def no_empty_piece(op: OpSpec, n: int) -> bool:
+    """No piece of a dim of size ``n`` is empty, whichever earlier mesh dims shard it."""
+    return all(min(_piece_sizes(n, s)) > 0 for s in _earlier_subsets(op))
 
 
 def partials_of(t: TensorSpec, kinds: Sequence[Partial]) -> list[Partial]:

@@ -39,8 +39,8 @@ from typing import Sequence
 
 import torch
 
+from dtensor.ops._common import even_pieces, no_empty_piece
 from dtensor.ops.indexing import partials
-from dtensor.ops.reductions import even_pieces, no_empty_piece
 from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate, Shard
 

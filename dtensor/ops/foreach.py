@@ -36,7 +36,7 @@ The 2-norm is NOT P(sum): sqrt(s1 + s2) != sqrt(s1) + sqrt(s2), and no local val
 sums (or maxes) to it without knowing the others'. Its exact cheap form all-reduces p-th
 powers and takes the root (torch's _NormPartial); our placements have no such kind and a rule
 cannot communicate, so here the 2-norm and every other order need the whole tensor
-(Replicate), and ``dtensor.foreach_norm`` decomposes those calls before the rule runs
+(Replicate), and ``dtensor.decompositions.foreach_norm`` decomposes those calls before the rule runs
 (Note [sharded foreach norms]). ``_foreach_powsum`` (sum of |x|^p) is a plain sum: P(sum)
 for every order.
 """
@@ -49,7 +49,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dtensor.ops.reductions import no_empty_piece
+from dtensor.ops._common import no_empty_piece
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
                                   sharding_rule)
 from dtensor.placements import Partial, Placement, Replicate, Shard

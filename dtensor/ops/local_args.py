@@ -19,7 +19,7 @@ from dtensor.spec import contiguous_strides
 _SHAPE_ARGS = frozenset({"size", "input_sizes"})
 # size/stride/offset address storage here, not the output's shape: dtensor.ops.views runs them
 # on whole replicas (or as aliases of each piece) with the arguments as given; as_strided_scatter
-# (scatter_more) likewise, its output shaped like self
+# (scatter_views) likewise, its output shaped like self
 _STORAGE_GEOMETRY = frozenset({"aten::as_strided", "aten::as_strided_copy",
                                "aten::as_strided_scatter"})
 

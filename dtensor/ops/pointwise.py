@@ -12,16 +12,25 @@ Note [Partial in pointwise ops]
 - P(avg)/P(max)/P(min) + a scalar c stay Partial: mean/max/min of (a_i + c) is theirs + c.
 - floor/trunc division is not linear, so ``div(..., rounding_mode=...)`` keeps no Partial.
 - P(max)/P(min) survive only order-preserving maps; none others are claimed here yet.
+
+Elementwise ops the tag misses have their own rules here: floor_divide, prelu's kernel and its
+backward, glu and its backward (_safe_softmax: ``norms``). floor_divide and _prelu_kernel are
+elementwise with broadcasting: matching pieces (``broadcast_shards``). Neither is linear:
+floor(a1/b) + floor(a2/b) != floor((a1+a2)/b), and prelu(a1) + prelu(a2) != prelu(a1 + a2)
+when the signs differ; no Partial passes.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec
+from dtensor.ops._common import LINEAR, broadcast_shards, linear_partials
+from dtensor.ops.indexing import aligned_shards
+from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec, sharding_rule
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
+R = Replicate()
 
 # linear in every tensor argument jointly (sum of Partials stays Partial)
 _JOINTLY_LINEAR = {"add", "sub", "neg", "positive"}
@@ -85,6 +94,51 @@ def _num_outputs(op: OpSpec) -> int:
     return sum(1 for r in op.op._schema.returns if "Tensor" in str(r.type))
 
 
+# -- elementwise ops the pointwise tag misses (registered before the tag sweep below) ----------
+sharding_rule(aten.floor_divide.default, aten.floor_divide.Scalar,
+              aten._prelu_kernel.default)(broadcast_shards)
+
+
+@sharding_rule(aten._prelu_kernel_backward.default)
+def prelu_kernel_backward(op: OpSpec) -> list[Strategy]:
+    """``(g, x, w) -> (g * (x > 0 ? 1 : w), g * (x > 0 ? 0 : x))``, both elementwise over the
+    broadcast shape (autograd sums grad_w down to w's shape afterwards): matching pieces, and
+    linear in g."""
+    tensors = op.tensors()
+    shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+    found = [Strategy((R, R, R), (R, R))]
+    found += [Strategy(aligned_shards(tensors, shape, d), (Shard(d), Shard(d)))
+              for d in range(len(shape))]
+    return found + linear_partials(op, 0, LINEAR, [True, True])
+
+
+def _glu_dim(op: OpSpec, pos: int, ndim: int) -> int:
+    return op.arg(pos, "dim", -1) % max(ndim, 1)
+
+
+@sharding_rule(aten.glu.default)
+def glu(op: OpSpec) -> list[Strategy]:
+    """glu(x, dim) = a * sigmoid(b), a and b the halves of x along ``dim``: element i of the
+    output reads elements i and i + n/2 of ``dim``, so ``dim`` stays whole (a chunk's halves
+    are not the halves' chunks); every other dim shards. a * sigmoid(b) is not linear."""
+    t = op.tensors()[0]
+    dim = _glu_dim(op, 1, t.ndim)
+    return [Strategy((R,), (R,))] + [Strategy((Shard(d),), (Shard(d),))
+                                     for d in range(t.ndim) if d != dim]
+
+
+@sharding_rule(aten.glu_backward.default)
+def glu_backward(op: OpSpec) -> list[Strategy]:
+    """``(g, x, dim)``: [g * sigmoid(b), g * a * sigmoid(b) * (1 - sigmoid(b))] along ``dim``:
+    ``dim`` whole, other dims shard alike in g and x; linear in g."""
+    x = op.tensors()[1]
+    dim = _glu_dim(op, 2, x.ndim)
+    found = [Strategy((R, R), (R,))]
+    found += [Strategy((Shard(d), Shard(d)), (Shard(d),)) for d in range(x.ndim) if d != dim]
+    return found + linear_partials(op, 0, LINEAR)
+
+
+# -- every op tagged pointwise -----------------------------------------------------------------
 def _is_pointwise(op: object) -> bool:
     return torch.Tag.pointwise in getattr(op, "tags", ())
 

@@ -20,7 +20,7 @@ from typing import Sequence
 from dtensor.ops.registry import REGISTRY, OpSpec, Registry, Strategy
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
                                 mixes_partial_families, normalize_placements)
-from dtensor.planner import plan, plan_bytes
+from dtensor.redistribute.planner import plan, plan_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from dtensor.layout import local_box, local_shape, mesh_coordinates
-from dtensor.local_redistribute import shard_full, unshard
+from dtensor.redistribute.reference import shard_full, unshard
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Candidate, candidates
 from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, Registry, TensorSpec
