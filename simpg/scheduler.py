@@ -1,7 +1,8 @@
 """The scheduler of a world of N simulated ranks, one thread each, running one at a time.
 
 A ``simpg.world.World`` is a ``Scheduler`` with its collaborators (the rendezvous, the
-capabilities, the faults); the scheduler itself knows nothing of collectives.
+capabilities, the faults: Note [a world built whole]); the scheduler itself knows nothing of
+collectives.
 
 Note [one rank runs at a time]
 Ranks hand a baton to each other: the rank holding it runs; the others sleep on their own
