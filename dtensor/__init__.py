@@ -12,7 +12,7 @@ from dtensor.mesh import (DeviceMesh, MeshDimError, MeshError, MeshSpec, current
 from dtensor.tensor import DTensor, LocalTensorTypeError
 from dtensor.api import distribute_tensor, empty, full, ones, rand, randn, zeros
 from dtensor.dispatch import NoShardingRuleError, check_replicated, fallback_policy
-from dtensor.dispatch.foreign import MixedDTensorError
+from dtensor.foreign import MixedDTensorError
 from dtensor.dispatch.outside_mesh import OutsideMeshError
 from dtensor import decompositions  # noqa: F401,E402  (registers them: Note [decompositions])
 from dtensor.parallel.api import distribute_module  # noqa: E402  (torch exports it here too)

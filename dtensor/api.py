@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from dtensor.dispatch.foreign import refuse_torch_dtensor
+from dtensor.foreign import refuse_torch_dtensor
 from dtensor.layout import local_shape
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.placements import Placement, Replicate, normalize_placements

@@ -127,7 +127,7 @@ def resolve_mesh(mesh: DeviceMesh | None, what: str) -> DeviceMesh:
             raise MeshError(f"{what}: no device_mesh given and no mesh is current: pass "
                             f"device_mesh= or run inside `with mesh:`")
     if not isinstance(mesh, DeviceMesh):
-        from dtensor.dispatch.foreign import refuse_torch_mesh
+        from dtensor.foreign import refuse_torch_mesh
 
         refuse_torch_mesh(mesh, what)
         raise TypeError(f"{what}: device_mesh must be a dtensor DeviceMesh, got "

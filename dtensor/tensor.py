@@ -13,7 +13,7 @@ from torch.utils import _foreach_utils
 from dtensor import _autograd, compile as _compile
 from dtensor.dispatch import bind, torch_dispatch
 from dtensor.dispatch.checks import check_local_shapes
-from dtensor.dispatch.foreign import refuse_torch_dtensor, refuse_torch_mesh
+from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
 from dtensor.placements import Placement, PlacementError, Replicate, Shard, normalize_placements
 from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials

@@ -192,8 +192,8 @@ def test_ranks_outside_a_mesh_hold_empty_pieces_and_wait_for_nothing():
 
 
 def test_mixing_the_two_libraries_says_which_argument_is_whose():
-    # Note [two DTensor libraries] in dtensor/dispatch/foreign.py
-    from dtensor.dispatch.foreign import MixedDTensorError
+    # Note [two DTensor libraries] in dtensor/foreign.py
+    from dtensor.foreign import MixedDTensorError
 
     def body() -> str:
         fresh_torch_caches()

@@ -2,8 +2,8 @@
 ``DTensor.__torch_dispatch__`` (the fast path; ``native`` is its compiled form), ``general``
 the path every other call takes, ``fallback`` what an op without a rule does, ``plans`` the
 per-call cache both paths share, ``policy`` the user's controls, ``decomposition_table`` the
-ops that run as programs, ``outside_mesh`` ops on ranks that hold no piece, ``foreign``
-torch's DTensors met by mistake, ``checks`` the opt-in cross-rank checks."""
+ops that run as programs, ``outside_mesh`` ops on ranks that hold no piece, ``checks`` the
+opt-in cross-rank checks (torch's DTensors met by mistake: ``dtensor.foreign``)."""
 
 from dtensor.dispatch.decomposition_table import DECOMPOSITIONS, register_decomposition
 from dtensor.dispatch.policy import NoShardingRuleError, check_replicated, fallback_policy

@@ -22,7 +22,7 @@ import torch
 
 import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
-from dtensor.dispatch.foreign import check_dispatch_types
+from dtensor.foreign import check_dispatch_types
 from dtensor.dispatch.general import _dispatch
 from dtensor.dispatch import native
 from dtensor.dispatch.plans import _SCALARS, _FastPlan
