@@ -233,7 +233,8 @@ def index(op: OpSpec) -> list[Strategy]:
     indices = op.arg(1, "indices")
     n_idx = sum(t is not None for t in indices)
     out = [Strategy((R,) * (1 + n_idx), (R,))] + _index_strategies(x, indices, None)
-    out += [Strategy((p,) + (R,) * n_idx, (p,)) for p in partials(x)]  # Note [selection ...]
+    # picking commutes with every Partial: Note [selection keeps Partial]
+    out += [Strategy((p,) + (R,) * n_idx, (p,)) for p in partials(x)]
     return out
 
 

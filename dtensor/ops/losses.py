@@ -290,11 +290,14 @@ def mse_loss_backward(op: OpSpec) -> list[Strategy]:
 #   ``none`` stays sharded, ``sum`` is P(sum) (the sum of the local sums), ``mean`` is P(avg)
 #   only where every rank holds equally many terms (Note [even pieces of a mean]).
 # - f is not linear (log, |.|, clamp, exp): no Partial input passes through the forward.
-# - Note [loss backward]: grad_input = f'(x, t, ...) * g, and for ``mean`` also / count. Each
-#   term's gradient needs only its own element (row), so the dims shard as in the forward with
-#   ``g`` sharded alike for ``none`` and Replicate (0-d) for ``sum``; for ``mean`` the local
-#   kernel would divide by the LOCAL count, so the terms' dims stay whole. Linear in ``g`` with
-#   the rest fixed: P(sum)/P(avg) ``g`` gives that Partial.
+# - the backward ops: Note [loss backward].
+#
+# Note [loss backward]
+# grad_input = f'(x, t, ...) * g, and for ``mean`` also / count. Each term's gradient needs
+# only its own element (row), so the dims shard as in the forward with ``g`` sharded alike for
+# ``none`` and Replicate (0-d) for ``sum``; for ``mean`` the local kernel would divide by the
+# LOCAL count, so the terms' dims stay whole. Linear in ``g`` with the rest fixed:
+# P(sum)/P(avg) ``g`` gives that Partial.
 #
 # Note [even pieces of a mean]
 # mean(a1 ++ a2) = (1/2)(mean(a1) + mean(a2)) only when |a1| == |a2|. A rule sees one mesh

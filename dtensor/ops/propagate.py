@@ -89,13 +89,15 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
     return ordered
 
 
+# Note [no implicit Partial]
+# Turning an input into Partial is free here but defers a reduction someone pays later, so a
+# strategy may ask for Partial on a mesh dim only where some input already is that Partial
+# (then the output inherits it; a Replicate operand is placed on one rank, e.g. P + plain
+# tensor), or where the op itself owes that reduction: a contraction over a sharded dim makes
+# every output that Partial whatever the bias is, so placing a Replicate bias on one rank
+# defers nothing more (addmm with a row-wise weight).
 def _creates_partial(tensors: list, ins: tuple, outs: tuple) -> bool:
-    """Note [no implicit Partial]: turning an input into Partial is free here but defers a
-    reduction someone pays later, so a strategy may ask for Partial on a mesh dim only where
-    some input already is that Partial (then the output inherits it; a Replicate operand is
-    placed on one rank, e.g. P + plain tensor), or where the op itself owes that reduction: a
-    contraction over a sharded dim makes every output that Partial whatever the bias is, so
-    placing a Replicate bias on one rank defers nothing more (addmm with a row-wise weight)."""
+    """Whether the strategy asks for a Partial that Note [no implicit Partial] rules out."""
     for m in range(len(ins[0]) if ins else 0):
         wanted = {p[m] for p in ins if isinstance(p[m], Partial)}
         if not wanted:

@@ -17,10 +17,10 @@ side's run has nothing inside its outermost dim (then the flat chunk is that dim
 (6, 4) -> (24,) over 4 ranks: rows chunk 2, 2, 2, 0 but the flat 24 chunks 6, 6, 6, 6 = rows
 1.5 each: unsound, and the rule says so because 6 % 4 != 0.
 
-Note [global size arguments]
 The size-taking ops (view, _unsafe_view, expand, slice_backward, select_backward) reason about
 global sizes; the dispatcher and the soundness harness hand each rank its own output piece's
-shape instead (dtensor/ops/local_args.py), so a Shard passes wherever the pieces line up.
+shape instead (Note [global size arguments] in local_args), so a Shard passes wherever the
+pieces line up.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def view(op: OpSpec) -> list[Strategy]:
     sizes = list(op.arg(1, "size"))
     dst = _resolve(sizes, math.prod(t.shape))
     pairs = view_shards(t.shape, dst, _nested_parts(op))
-    # Note [a piece's own strides]
+    # each rank reshapes its own piece: Note [a piece's own strides]
     return [dataclasses.replace(s, local="view_piece") for s in _moves(op, 1, pairs)]
 
 
