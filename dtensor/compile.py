@@ -14,6 +14,14 @@ constant of the process.
 AOTAutograd then runs ``__torch_dispatch__`` with fake local tensors and under
 functionalization: the sharding decision is pure Python on specs and runs as in eager; the
 collectives go through ``dtensor.comm.functional`` (Note [functional collectives]).
+
+Note [tangents]
+AOTAutograd traces the backward once, with tangents whose metadata it guesses from the
+forward outputs, and asks each DTensor tangent to match (``__coerce_tangent_metadata__``).
+A Partial gradient is only a promise of a sum that the traced graph cannot keep for later, so
+it is turned into Replicate (the sum taken, one all-reduce) before it enters the graph; any
+other placement is kept. A tangent whose placements differ from the ones traced is moved to
+them (``__coerce_same_metadata_as_tangent__``), as torch's DTensor does.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ layout, and reads only the chunks that intersect it (Note [chunks]), checking ea
 crc32. No collective: ranks read independently, so a load works on any world size, one
 process without a process group included. Keys the target does not ask for are not read.
 
-Note [prefetch]
+Note [read-ahead]
 A rank needs a few runs of adjacent chunks per source piece, and reads them one 128 KiB
 chunk at a time (each checked by its crc32 before it is used). From the page cache that costs
 little; from the device, small reads one after another leave it idle between requests: a
@@ -135,7 +135,7 @@ def _missing(body: dict, key: str, where: str, what: str) -> None:
 def _wanted(state: dict, body: dict,
             planned: dict[str, tuple[torch.Tensor, list]]) -> Iterator[tuple[str, str, str]]:
     """(file, chunk name, key) of every chunk this rank's load will read, in read order
-    (Note [prefetch]), each tensor's chunks kept in ``planned`` for its fill; tensors that
+    (Note [read-ahead]), each tensor's chunks kept in ``planned`` for its fill; tensors that
     will not load (missing, mismatched, damaged metadata) are left out: their errors come
     from the load itself."""
     for key, kind, target in leaves(state):

@@ -119,7 +119,7 @@ class Reader:
         """Start reading the chunks ``(file, name, key)`` that the reads to come will ask for:
         one ``posix_fadvise(WILLNEED)`` per run of chunks adjacent in a file, all issued
         before the first read, so the device works on large requests, several files at once,
-        while the reader checks and copies (Note [prefetch]). Only a hint: anything wrong
+        while the reader checks and copies (Note [read-ahead]). Only a hint: anything wrong
         (a missing file, a bad header) is left to ``read``, which raises it in its order."""
         advise = getattr(os, "posix_fadvise", None)
         if advise is None or not self.local:

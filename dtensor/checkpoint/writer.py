@@ -35,7 +35,7 @@ element size and is copied into the buffer as its own dtype. A filesystem that r
 ``O_DIRECT`` (tmpfs, some network filesystems: ``EINVAL`` at open or at the first write)
 gets ordinary writes; there, a chunk that is contiguous in the local tensor is written from
 its own memory, without the copy. The price of ``O_DIRECT``: the file is not left in the
-page cache, so a load right after the save reads it from the device (Note [prefetch] in
+page cache, so a load right after the save reads it from the device (Note [read-ahead] in
 loading.py keeps that cheap).
 """
 

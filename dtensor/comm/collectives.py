@@ -258,7 +258,7 @@ def reduce_scatter_cat(tensor, sizes, dim, group, op="sum", *,  # noqa: E302
         raise ValueError(f"reduce_scatter_cat: sizes {sizes} must be {n} (one per rank of the "
                          f"group) summing to dim {dim} of shape {tuple(tensor.shape)}")
     if any(k != sizes[0] for k in sizes) or not capabilities(group).reduce_scatter:
-        # uneven: padding would move more bytes than the list form (Note [one buffer ...])
+        # uneven: padding moves more bytes than the list form (Note [one buffer per collective])
         return reduce_scatter(list(tensor.split(sizes, dim)), group, op, async_op=async_op)
     c10d_op, divide = _reduce_op(op, tensor, group)
     mine = tensor.shape[:dim] + (sizes[me],) + tensor.shape[dim + 1:]

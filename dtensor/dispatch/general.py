@@ -147,7 +147,8 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
     for t in tensors:
         if isinstance(t, DTensor):
             if t._spec.mesh is not mesh and t._spec.mesh != mesh:
-                if _replicas_on_the_same_ranks(DTensor, tensors, mesh):  # Note [foreach ...]
+                # replicas of one value on the same ranks: Note [foreach over meshes]
+                if _replicas_on_the_same_ranks(DTensor, tensors, mesh):
                     args, kwargs = pytree.tree_map_only(
                         DTensor, lambda d: _as_replica_on(DTensor, d, mesh), (args, kwargs))
                     return _dispatch(DTensor, func, args, kwargs)

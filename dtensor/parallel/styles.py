@@ -138,7 +138,7 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
     if dt.placements != placements:
         # the tensor method, not Redistribute.apply: dynamo inlines hooks, and puts the
         # method in a graph as it is (Note [from_local in a graph] in dtensor/compile.py);
-        # Note [styles move asynchronously]
+        # (Note [styles move asynchronously])
         dt = dt.redistribute(mesh, placements, async_op=async_op)
     return dt
 
