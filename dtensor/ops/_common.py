@@ -26,8 +26,8 @@ later op read its shape. A few kernels return their empty input instead (ATen's
 pixel_unshuffle: ``if numel == 0: return self.clone()``, so (0, 1, 6, 6) stays (0, 1, 6, 6)
 where the output is (0, 9, 2, 2)). Their strategies run ``meta_shaped_when_empty``, which asks
 the meta kernel for the outputs' shapes when an input is empty. Found by running every
-op-database sample with one dim emptied against its meta kernel
-(tests/test_rules_image.py::test_empty_pieces_take_the_outputs_shape).
+op-database sample with one dim emptied against its meta kernel; tests/rules/test_image.py
+keeps the pixel_unshuffle case.
 """
 
 from __future__ import annotations
