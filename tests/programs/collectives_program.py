@@ -115,6 +115,6 @@ def program() -> dict[str, torch.Tensor]:
 
 
 if __name__ == "__main__":
-    from gloo_main import run_as_gloo_rank
+    from tests.support.gloo_runner import run_as_gloo_rank
 
     run_as_gloo_rank(program, sys.argv[1:], STORE_TIMEOUT, barrier=False)

@@ -1,6 +1,6 @@
-"""Ring attention on real gloo processes (tests/test_context_parallel_ring.py runs it on 2):
-each rank attends its part of a causal sequence by passing keys and values around the ring
-and returns its output and gradients next to one device's:
+"""Ring attention on real gloo processes (tests/parallel/test_context_parallel_ring.py runs
+it on 2): each rank attends its part of a causal sequence by passing keys and values around
+the ring and returns its output and gradients next to one device's:
 
     python tests/programs/context_parallel_ring_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH
 """
@@ -53,6 +53,6 @@ def program() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    from gloo_main import run_as_gloo_rank
+    from tests.support.gloo_runner import run_as_gloo_rank
 
     run_as_gloo_rank(program, sys.argv[1:], TIMEOUT)

@@ -2,6 +2,7 @@
 ``EagerPlan`` + ``following``), run unchanged on simpg and on real gloo processes.
 
     python tests/programs/graph_eager_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH
+    (as tests/support/gloo_runner.py starts it: the repository root on PYTHONPATH)
 
 ``program()`` returns the loss and every gradient gathered whole, and the collectives this
 rank issued by kind next to the plan's; ``reference()`` the loss and gradients on one device.
@@ -13,19 +14,13 @@ import copy
 import sys
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-for path in (ROOT, ROOT / "tests" / "programs"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import dtensor  # noqa: E402
-from dtensor import Replicate, Shard  # noqa: E402
-from dtensor.comm.debug_mode import KINDS, CommDebugMode  # noqa: E402
-from dtensor.graph import ShardSpec, capture_train_step, following, infer  # noqa: E402
+import dtensor
+from dtensor import Replicate, Shard
+from dtensor.comm.debug_mode import KINDS, CommDebugMode
+from dtensor.graph import ShardSpec, capture_train_step, following, infer
 
 
 def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -62,6 +57,6 @@ def program() -> dict:
 
 
 if __name__ == "__main__":
-    from gloo_main import run_as_gloo_rank
+    from tests.support.gloo_runner import run_as_gloo_rank
 
     run_as_gloo_rank(program, sys.argv[1:], timedelta(seconds=60))

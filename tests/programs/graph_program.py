@@ -1,6 +1,7 @@
 """A planned training step (dtensor.graph) run unchanged on simpg and on real gloo processes.
 
     python tests/programs/graph_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH
+    (as tests/support/gloo_runner.py starts it: the repository root on PYTHONPATH)
 
 ``program()`` returns each output (loss, gradients) gathered whole; ``reference()`` the same
 on one device. Inference runs on every rank alike (it is deterministic).
@@ -10,18 +11,12 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
-from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import dtensor  # noqa: E402
-from dtensor import Shard  # noqa: E402
-from dtensor.graph import ShardSpec, capture_train_step, infer, run  # noqa: E402
+import dtensor
+from dtensor import Shard
+from dtensor.graph import ShardSpec, capture_train_step, infer, run
 
 
 def _setup():
@@ -49,8 +44,6 @@ def program() -> dict[str, torch.Tensor]:
 
 
 if __name__ == "__main__":
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    torch.save(program(), out)
-    dist.destroy_process_group()
+    from tests.support.gloo_runner import run_as_gloo_rank
+
+    run_as_gloo_rank(program, sys.argv[1:], timedelta(seconds=60))

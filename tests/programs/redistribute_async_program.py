@@ -1,7 +1,8 @@
-"""Async redistributes (Note [async redistribute] in dtensor/comm/handles.py), run unchanged on simpg
-and on real gloo processes (4 ranks): each result is checked in flight when ``redistribute``
-returns, then used after local work; integer-valued float64 data, so both backends must agree
-bit for bit. ``tests/test_redistribute_async.py`` runs ``program()`` both ways:
+"""Async redistributes (Note [async redistribute] in dtensor/comm/handles.py), run unchanged on
+simpg and on real gloo processes (4 ranks): each result is checked in flight when
+``redistribute`` returns, then used after local work; integer-valued float64 data, so both
+backends must agree bit for bit. ``tests/redistribute/test_async.py`` runs ``program()`` both
+ways:
 
     python tests/programs/redistribute_async_program.py RANK WORLD_SIZE STORE_PORT OUT_PATH
 """
@@ -51,6 +52,6 @@ def program() -> dict[str, torch.Tensor]:
 
 
 if __name__ == "__main__":
-    from gloo_main import run_as_gloo_rank
+    from tests.support.gloo_runner import run_as_gloo_rank
 
     run_as_gloo_rank(program, sys.argv[1:], TIMEOUT)

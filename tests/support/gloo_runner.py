@@ -1,9 +1,11 @@
 """Running a test program as real gloo processes on 127.0.0.1 (shared by the gloo tests).
 
-A program is a script taking ``RANK WORLD_SIZE STORE_PORT OUT_PATH``: it joins the TCPStore
-the test hosts, runs, and ``torch.save``s its result to OUT_PATH; ``load_program`` imports
-the same file to run its ``program`` on simpg. ``torchrun_module`` starts a module under
-torchrun (the main job) instead.
+A program is a script taking ``RANK WORLD_SIZE STORE_PORT OUT_PATH``: the test starts it
+with ``run_program_on_gloo``, and each process ends in ``run_as_gloo_rank``, which joins the
+TCPStore the test hosts, runs the program and ``torch.save``s its result to OUT_PATH. The
+processes see the repository root on their path (``tests``, ``examples`` importable).
+``load_program`` imports the same file to run its ``program`` on simpg. ``torchrun_module``
+starts a module under torchrun (the main job) instead.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import torch
 import torch.distributed as dist
 
-
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
 
 
 def _loopback_env() -> dict[str, str]:
@@ -65,7 +66,7 @@ def run_program_on_gloo(program: Path, world_size: int, tmp_path: Path,
     their output."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=timeout_s))
-    env = _loopback_env()
+    env = _loopback_env() | {"PYTHONPATH": str(ROOT)}
     procs, logs = [], []
     for rank in range(world_size):
         log = (tmp_path / f"rank{rank}.log").open("w")  # a file: a full pipe cannot block it
@@ -101,3 +102,20 @@ def run_program_on_gloo(program: Path, world_size: int, tmp_path: Path,
     if failed:
         pytest.fail(f"gloo ranks exited with codes {failed}\n{output()}")
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
+
+
+def run_as_gloo_rank(program: Callable[[], Any], argv: list[str], timeout: timedelta,
+                     barrier: bool = True) -> None:
+    """The end of every program's ``__main__``: join the test's TCPStore as one gloo rank, run
+    ``program``, ``torch.save`` its result. ``argv``: RANK WORLD_SIZE STORE_PORT OUT_PATH, as
+    ``run_program_on_gloo`` passes them."""
+    rank, world_size, port, out_path = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                            timeout=timeout)
+    try:
+        torch.save(program(), out_path)
+        if barrier:
+            dist.barrier()  # nobody tears down gloo while a peer still connects
+    finally:
+        dist.destroy_process_group()

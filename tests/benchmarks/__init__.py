@@ -1,0 +1,1 @@
+"""Smoke tests of benchmarks/: each script at tiny sizes, and the README figures they write."""

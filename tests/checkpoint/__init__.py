@@ -1,0 +1,1 @@
+"""Tests of dtensor.checkpoint: saving, loading in another layout, stores, faults, interop."""

@@ -1,0 +1,1 @@
+"""Tests of dtensor.comm: the collectives layer and its CommDebugMode."""

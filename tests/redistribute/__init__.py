@@ -1,0 +1,1 @@
+"""Tests of dtensor.redistribute: the planner, the executors, cross-mesh moves, compiled plans."""
