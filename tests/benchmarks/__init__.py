@@ -1,1 +1,1 @@
-"""Smoke tests of benchmarks/: each script at tiny sizes, and the README figures they write."""
+"""Smoke tests of benchmarks/: each script at tiny sizes, its conditions lines, run_all."""

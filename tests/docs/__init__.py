@@ -1,1 +1,1 @@
-"""The docs and README stay true: their snippets and doctests run, their tables match code."""
+"""The docs and README stay true: snippets and doctests run, tables and figures match code."""
