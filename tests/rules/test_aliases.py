@@ -3,15 +3,13 @@ even, uneven and empty shapes; end to end on simpg against one device."""
 
 from __future__ import annotations
 
-import pytest
 import torch
+from tests.support.cases import soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.soundness import check_op
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(31)
 
 
@@ -45,12 +43,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[
-    f"{op}{[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]}{kw}"
-    for op, args, kw in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_unsafe_split_and_rsub_end_to_end_without_fallback():

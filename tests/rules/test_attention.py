@@ -4,20 +4,19 @@ end on simpg against one device."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 
 import simpg
+from tests.support.cases import soundness_test
 from tests.support.mesh_world import run_on_mesh
 from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
 from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
+from dtensor.ops.soundness import op_spec
 
 aten = torch.ops.aten
 SDPA = aten._scaled_dot_product_flash_attention_for_cpu.default
 SDPA_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(7)
 
 
@@ -57,16 +56,10 @@ def _backward_case(name, qkv, causal, kwargs):
 BACKWARD = [_backward_case(*c) for c in FORWARD if c[0] != "one-row"]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
-@pytest.mark.parametrize("name,qkv,causal,kwargs", FORWARD, ids=[c[0] for c in FORWARD])
-def test_every_forward_strategy_is_sound(name, qkv, causal, kwargs, mesh_shape):
-    assert check_op(SDPA, (*qkv, 0.0, causal), kwargs, mesh_shape) == []
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
-@pytest.mark.parametrize("name,args,kwargs", BACKWARD, ids=[c[0] for c in BACKWARD])
-def test_every_backward_strategy_is_sound(name, args, kwargs, mesh_shape):
-    assert check_op(SDPA_BWD, args, kwargs, mesh_shape) == []
+test_every_forward_strategy_is_sound = soundness_test(
+    [(name, SDPA, (*qkv, 0.0, causal), kwargs) for name, qkv, causal, kwargs in FORWARD])
+test_every_backward_strategy_is_sound = soundness_test(
+    [(name, SDPA_BWD, args, kwargs) for name, args, kwargs in BACKWARD])
 
 
 # -- which splits are offered ----------------------------------------------------------------------

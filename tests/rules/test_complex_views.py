@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
+from tests.support.cases import soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.soundness import check_op
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(29)
 
 
@@ -32,11 +30,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args", CASES,
-                         ids=[f"{op}{[tuple(a.shape) for a in args]}" for op, args in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_complex_views_end_to_end_forward_and_backward():

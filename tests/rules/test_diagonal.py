@@ -3,16 +3,13 @@ and empty shapes); end to end on simpg against one device."""
 
 from __future__ import annotations
 
-import pytest
 import torch
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(19)
 
 
@@ -44,21 +41,11 @@ CASES = [
 ]
 
 
-def _id(case) -> str:
-    op, args, _ = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}{[a for a in args if not isinstance(a, torch.Tensor)]}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_carried_dims_are_renumbered_and_matrix_dims_stay_whole():
-    s = {str(x) for x in per_dim_strategies(op_spec(
-        aten.diagonal.default, (_r(5, 4, 3), 0, 0, 2), {}, (2,)))[0]}
+    s = offered(aten.diagonal.default, (_r(5, 4, 3), 0, 0, 2))
     assert "Strategy(S(1)->S(0))" in s and "Strategy(P(max)->P(max))" in s
     assert not any(t.startswith(("Strategy(S(0)", "Strategy(S(2)")) for t in s)
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
+from tests.support.cases import soundness_test, strategies
 from tests.support.mesh_world import run_on_mesh
 
 from dtensor import Partial, Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 PS = [0.0, 1.0, 2.0, 3.5, math.inf]
 g = torch.Generator().manual_seed(5)
 
@@ -39,26 +36,20 @@ CASES = ([(aten._pdist_forward.default, (_r(5, 3), p)) for p in PS]
             (aten._pdist_backward.default, _backward(3, 0, 2.0))])
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args", CASES,
-                         ids=[f"{op}{tuple(a[0].shape)},p={a[1] if len(a) == 2 else a[2]}"
-                              for op, a in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def _feature_outputs(p: float) -> list[str]:
-    spec = op_spec(aten._pdist_forward.default, (_r(5, 3), p), {}, (2,))
-    return [str(s.outputs[0]) for s in per_dim_strategies(spec)[0] if s.inputs[0] == Shard(1)]
+    return [str(s.outputs[0]) for s in strategies(aten._pdist_forward.default, (_r(5, 3), p))
+            if s.inputs[0] == Shard(1)]
 
 
 def test_features_shard_where_the_norm_is_a_sum_or_a_max():
     assert _feature_outputs(0.0) == ["P(sum)"] and _feature_outputs(1.0) == ["P(sum)"]
     assert _feature_outputs(math.inf) == ["P(max)"]
     assert _feature_outputs(2.0) == [] and _feature_outputs(3.5) == []
-    spec = op_spec(aten._pdist_backward.default, _backward(5, 3, 2.0), {}, (2,))
     assert any(s.inputs[1] == Shard(1) and s.outputs == (Shard(1),)
-               for s in per_dim_strategies(spec)[0])
+               for s in strategies(aten._pdist_backward.default, _backward(5, 3, 2.0)))
 
 
 def test_pdist_end_to_end_feature_sharded_forward_and_backward_without_fallback():

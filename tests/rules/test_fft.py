@@ -3,16 +3,13 @@ tiny shapes); end to end on simpg against one device."""
 
 from __future__ import annotations
 
-import pytest
 import torch
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(23)
 
 
@@ -33,25 +30,15 @@ CASES = [
 ]
 
 
-def _id(case) -> str:
-    op, (x, *rest) = case
-    return f"{op}{tuple(x.shape)}{rest}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape, rtol=1e-9, atol=1e-9) == []
+test_every_strategy_is_sound = soundness_test(CASES, rtol=1e-9, atol=1e-9)
 
 
 def test_only_untransformed_dims_shard_and_no_empty_piece():
-    s = {str(x) for x in per_dim_strategies(op_spec(
-        aten._fft_c2c.default, (_r(4, 3, 6, dtype=C), [0, 2], 0, True), {}, (2,)))[0]}
+    s = offered(aten._fft_c2c.default, (_r(4, 3, 6, dtype=C), [0, 2], 0, True))
     assert {"Strategy(S(1)->S(1))", "Strategy(P(sum)->P(sum))"} <= s
     assert not any("S(0)" in t or "S(2)" in t for t in s)
     # 3 rows over 4 ranks: one rank would transform an empty tensor, which MKL rejects
-    s = {str(x) for x in per_dim_strategies(op_spec(
-        aten._fft_r2c.default, (_r(3, 8), [1], 0, True), {}, (4,)))[0]}
+    s = offered(aten._fft_r2c.default, (_r(3, 8), [1], 0, True), mesh_shape=(4,))
     assert "Strategy(S(0)->S(0))" not in s
 
 

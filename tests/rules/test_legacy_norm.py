@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(37)
 
 
@@ -34,18 +31,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[
-    f"{op}{[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]}"
-    for op, args, _ in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape, rtol=1e-9, atol=1e-9) == []
+test_every_strategy_is_sound = soundness_test(CASES, rtol=1e-9, atol=1e-9)
 
 
 def test_partials_only_for_p_1_and_inf():
     def s(p):
-        return {str(x) for x in per_dim_strategies(op_spec(
-            aten.norm.ScalarOpt_dim, (U, p, [0]), {}, (2,)))[0]}
+        return offered(aten.norm.ScalarOpt_dim, (U, p, [0]))
 
     assert "Strategy(S(0)->P(sum))" in s(1) and "Strategy(S(0)->P(max))" in s(math.inf)
     assert not any("P(" in t for t in s(2)) and "Strategy(S(1)->S(0))" in s(2)

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 # the legacy ops warn once that they are deprecated; the warning is torch's, not ours
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:torch\.(cholesky|triangular_solve|lu_solve) is deprecated")
@@ -89,29 +87,16 @@ CASES = [
 ]
 
 
-def _id(case) -> str:
-    op, args, kwargs = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}{kwargs}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape, rtol=1e-9, atol=1e-9) == []
-
-
-def _strategies(op, args, kwargs=None):
-    return {str(s) for s in per_dim_strategies(op_spec(op, args, kwargs or {}, (2,)))[0]}
+test_every_strategy_is_sound = soundness_test(CASES, rtol=1e-9, atol=1e-9)
 
 
 def test_batch_dims_shard_matrix_dims_do_not_and_broadcasts_replicate():
-    s = _strategies(aten.linalg_inv_ex.default, (A4,))
+    s = offered(aten.linalg_inv_ex.default, (A4,))
     assert {"Strategy(S(0)->S(0),S(0))", "Strategy(S(1)->S(1),S(1))"} <= s
     assert not any("S(2)" in t or "S(3)" in t for t in s)
     # solve(A (4, 1, n, n), B (3, n, k)): A's size-1 dim broadcasts, so the LU factors
     # (shaped by A alone) are Replicate where B is sharded
-    s = _strategies(aten._linalg_solve_ex.default, (_spd(4, 1), _r(3, 3, 2)))
+    s = offered(aten._linalg_solve_ex.default, (_spd(4, 1), _r(3, 3, 2)))
     assert "Strategy(R,S(0)->S(1),R,R,R)" in s and "Strategy(S(0),R->S(0),S(0),S(0),S(0))" in s
     # linear in the right-hand side only
     assert "Strategy(R,P(sum)->P(sum),R,R,R)" in s

@@ -7,14 +7,13 @@ import torch
 import torch.nn.functional as F
 
 import simpg
+from tests.support.cases import soundness_test, strategies
 from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import (Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.matmul import einsum_strategies
 from dtensor.ops.registry import TensorSpec
-from dtensor.ops.soundness import check_op
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 SDPA = aten._scaled_dot_product_flash_attention_for_cpu.default
 SDPA_BWD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
@@ -53,37 +52,29 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
-@pytest.mark.parametrize("name,op,args,kwargs", CASES, ids=[c[0] for c in CASES])
-def test_every_strategy_is_sound(name, op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
-@pytest.mark.parametrize("mesh_shape", [(2,), (2, 2), (4,)], ids=lambda m: f"mesh{m}")
-@pytest.mark.parametrize("causal", [False, True])
-def test_attention_backward_strategies_are_sound(causal, mesh_shape):
+def _sdpa_backward_args(causal: bool) -> tuple:
     q, k, v = _r(2, 4, 8, 4), _r(2, 4, 6 + 2 * causal, 4), _r(2, 4, 6 + 2 * causal, 4)
     out, lse = SDPA(q, k, v, 0.0, causal)
-    args = (_r(2, 4, 8, 4), q, k, v, out, lse, 0.0, causal)
-    assert check_op(SDPA_BWD, args, {}, mesh_shape) == []
+    return (_r(2, 4, 8, 4), q, k, v, out, lse, 0.0, causal)
+
+
+ATTENTION_BACKWARD_CASES = [(f"sdpa_bwd-causal={c}", SDPA_BWD, _sdpa_backward_args(c))
+                            for c in (False, True)]
+test_attention_backward_strategies_are_sound = soundness_test(ATTENTION_BACKWARD_CASES,
+                                                              meshes=[(2,), (2, 2), (4,)])
 
 
 def test_attention_splits_heads_and_queries_only_into_nonempty_equal_chunks():
     # the CPU kernel dies of SIGFPE on zero heads or queries: 3 heads over 4 ranks never split
-    from dtensor.ops.soundness import op_spec
-    from dtensor.ops.propagate import per_dim_strategies
-
-    spec = op_spec(SDPA, (_r(5, 3, 6, 4),) * 3, {}, (4,))
-    placed = {s.inputs[0] for s in per_dim_strategies(spec)[0]}
+    placed = {s.inputs[0] for s in strategies(SDPA, (_r(5, 3, 6, 4),) * 3, mesh_shape=(4,))}
     assert placed == {Replicate(), Shard(0)}
 
 
 def test_dropout_attention_has_no_strategy():
-    from dtensor.ops.soundness import op_spec
-    from dtensor.ops.propagate import per_dim_strategies
-
-    spec = op_spec(SDPA, (_r(2, 2, 4, 4),) * 3 + (0.1,), {}, (2,))
-    assert per_dim_strategies(spec) == [[]]
+    assert strategies(SDPA, (_r(2, 2, 4, 4),) * 3 + (0.1,)) == []
 
 
 def test_einsum_strategies_name_each_letter():
@@ -148,6 +139,13 @@ def _grads_dist(fn, tensors, placements, mesh):
     return out, [t.grad.full_tensor() for t in leaves]
 
 
+def _assert_every_rank_matches(results, want, want_grads, atol_out: float) -> None:
+    for got, grads in results:
+        assert torch.allclose(got, want, atol=atol_out)
+        for g, e in zip(grads, want_grads):
+            assert torch.allclose(g, e, atol=1e-5)
+
+
 def test_linear_forward_and_backward_match_single_device():
     x, w, b = torch.randn(6, 4), torch.randn(5, 4), torch.randn(5)
     want, want_grads = _grads_single(F.linear, (x, w, b))
@@ -160,10 +158,7 @@ def test_linear_forward_and_backward_match_single_device():
         assert out.placements == (Shard(0), Shard(1))
         return out.full_tensor(), grads
 
-    for got, grads in _world((2, 2), body):
-        assert torch.allclose(got, want, atol=1e-6)
-        for g, e in zip(grads, want_grads):
-            assert torch.allclose(g, e, atol=1e-5)
+    _assert_every_rank_matches(_world((2, 2), body), want, want_grads, 1e-6)
 
 
 def test_batched_matmul_forward_and_backward_match_single_device():
@@ -174,10 +169,7 @@ def test_batched_matmul_forward_and_backward_match_single_device():
         out, grads = _grads_dist(torch.matmul, (a, b), ([Shard(0)], [Shard(0)]), mesh)
         return out.full_tensor(), grads
 
-    for got, grads in _world((2,), body):
-        assert torch.allclose(got, want, atol=1e-6)
-        for g, e in zip(grads, want_grads):
-            assert torch.allclose(g, e, atol=1e-5)
+    _assert_every_rank_matches(_world((2,), body), want, want_grads, 1e-6)
 
 
 def test_attention_sharded_on_heads_runs_locally_forward_and_backward():
@@ -198,10 +190,7 @@ def test_attention_sharded_on_heads_runs_locally_forward_and_backward():
             _, grads = _grads_dist(attn, (q, k, v), ([Shard(1)],) * 3, mesh)
         return out.full_tensor(), grads
 
-    for got, grads in _world((2,), body):
-        assert torch.allclose(got, want, atol=1e-5)
-        for g, e in zip(grads, want_grads):
-            assert torch.allclose(g, e, atol=1e-5)
+    _assert_every_rank_matches(_world((2,), body), want, want_grads, 1e-5)
 
 
 def test_vector_times_matrix_through_in_place_squeeze():

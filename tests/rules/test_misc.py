@@ -3,11 +3,11 @@ end-to-end runs on simpg."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 
 import simpg
+from tests.support.cases import MESHES, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy)
 from dtensor.ops.misc import native_dropout
@@ -15,7 +15,6 @@ from dtensor.ops.registry import Registry
 from dtensor.ops.soundness import check_op
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 g = torch.Generator().manual_seed(0)
 
 
@@ -48,16 +47,20 @@ CONV = [
 # dtensor/ops/local_args.py (Note [global size arguments]) takes every SymInt[] argument
 # named "stride" for the output's strides and overwrites convolution's kernel stride with it,
 # in the harness and in dispatch alike: every convolution call fails until that is fixed
-CASES = [(n, aten.convolution.default, a) for n, a in CONV]
+CONV_CASES = [(n, aten.convolution.default, a) for n, a in CONV]
 for _n, _a in CONV[:5]:
     for _m in ([True, True, True], [False, True, True], [True, True, False]):
         if _a[2] is None and _m[2]:
             continue
-        _id = "".join("1" if b else "0" for b in _m)
-        CASES.append((f"{_n}-bwd{_id}", aten.convolution_backward.default, _conv_bwd(_a, _m)))
+        _flags = "".join("1" if b else "0" for b in _m)
+        CONV_CASES.append((f"{_n}-bwd{_flags}", aten.convolution_backward.default,
+                           _conv_bwd(_a, _m)))
+# Partial inputs are split into large integer addends: a conv's sums of products of them
+# cancel to the result with float32 rounding well above the default atol
+test_every_convolution_strategy_is_sound = soundness_test(CONV_CASES, atol=1e-3, rtol=1e-4)
 
 x54 = randn(5, 4)
-CASES += [
+CASES = [
     ("sort", aten.sort.default, (x54,)),
     ("sort-d0-desc", aten.sort.default, (x54, 0, True)),
     ("sort-int", aten.sort.default, (torch.randint(0, 5, (3, 6), generator=g), 1)),
@@ -79,39 +82,21 @@ CASES += [
     ("to_copy-f64", aten._to_copy.default, (x54,)),
     ("copy", aten.copy.default, (x54, randn(4))),
     ("copy-same", aten.copy.default, (randn(3, 2), randn(3, 2, dtype=torch.float64))),
+    # keyword arguments
+    ("sort-stable", aten.sort.stable, (x54,), {"stable": True, "dim": 0}),
+    ("argsort-stable", aten.argsort.stable, (x54,), {"stable": True, "dim": 0,
+                                                     "descending": True}),
+    ("cumsum-dtype", aten.cumsum.default, (x54, 1), {"dtype": torch.float64}),
+    ("topk-smallest", aten.topk.default, (x54, 2), {"dim": 0, "largest": False}),
 ]
 TO_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
              torch.int32, torch.bool]
 for _src in (torch.float32, torch.float16, torch.int32, torch.int16):
     for _dst in TO_DTYPES:
         CASES.append((f"to-{_src}-{_dst}".replace("torch.", ""), aten._to_copy.default,
-                      ((randn(5, 3) * 40).round().to(_src), _dst)))
+                      ((randn(5, 3) * 40).round().to(_src),), {"dtype": _dst}))
+test_every_strategy_is_sound = soundness_test(CASES)
 
-
-IDS = [c.values[0] if hasattr(c, "values") else c[0] for c in CASES]
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
-@pytest.mark.parametrize("name,op,args", CASES, ids=IDS)
-def test_every_strategy_is_sound(name, op, args, mesh_shape):
-    if op is aten._to_copy.default and len(args) == 2:
-        args, kwargs = args[:1], {"dtype": args[1]}
-    else:
-        kwargs = {}
-    # Partial inputs are split into large integer addends: a conv's sums of products of them
-    # cancel to the result with float32 rounding well above the default atol
-    tol = {"atol": 1e-3, "rtol": 1e-4} if "conv" in name else {}
-    assert check_op(op, args, kwargs, mesh_shape, **tol) == []
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
-def test_keyword_arguments(mesh_shape):
-    assert check_op(aten.sort.stable, (x54,), {"stable": True, "dim": 0}, mesh_shape) == []
-    assert check_op(aten.argsort.stable, (x54,), {"stable": True, "dim": 0,
-                                                  "descending": True}, mesh_shape) == []
-    assert check_op(aten.cumsum.default, (x54, 1), {"dtype": torch.float64}, mesh_shape) == []
-    assert check_op(aten.topk.default, (x54, 2), {"dim": 0, "largest": False},
-                    mesh_shape) == []
 
 
 def test_train_dropout_replicate_is_the_single_device_mask():

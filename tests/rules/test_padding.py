@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(5)
 
 
@@ -55,31 +52,18 @@ for _fwd, _x, _pad in [(aten.reflection_pad1d, _r(5, 3, 4), [2, 1]),
     CASES.append((_op, _args, {}))
 
 
-def _id(case) -> str:
-    op, args, _ = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}{[a for a in args if not isinstance(a, torch.Tensor)]}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
-
-
-def _strategies(op, args, mesh_shape=(2,)):
-    return {str(s) for s in per_dim_strategies(op_spec(op, args, {}, mesh_shape))[0]}
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_only_unpadded_dims_shard_and_partials_follow_the_fill_value():
-    s = _strategies(aten.constant_pad_nd.default, (_r(4, 3, 2), [1, 1, 0, 0, 0, 0]))
+    s = offered(aten.constant_pad_nd.default, (_r(4, 3, 2), [1, 1, 0, 0, 0, 0]))
     assert {"Strategy(S(0)->S(0))", "Strategy(S(1)->S(1))", "Strategy(P(sum)->P(sum))"} <= s
     assert "Strategy(S(2)->S(2))" not in s
     # a nonzero fill would be summed once per rank
-    s = _strategies(aten.constant_pad_nd.default, (_r(4, 3), [1, 1], 2.0))
+    s = offered(aten.constant_pad_nd.default, (_r(4, 3), [1, 1], 2.0))
     assert "Strategy(P(sum)->P(sum))" not in s and "Strategy(P(max)->P(max))" in s
     # the kernel rejects an empty channel piece (3 channels over 4 ranks): batch dim only
-    s = _strategies(aten.reflection_pad1d.default, (_r(4, 3, 5), [1, 1]), (4,))
+    s = offered(aten.reflection_pad1d.default, (_r(4, 3, 5), [1, 1]), mesh_shape=(4,))
     assert "Strategy(S(0)->S(0))" in s and "Strategy(S(1)->S(1))" not in s
 
 

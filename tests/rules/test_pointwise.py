@@ -1,20 +1,19 @@
-"""floor_divide, prelu, glu, _safe_softmax (dtensor/ops/elementwise_more.py) and _trilinear
-(dtensor/ops/trilinear.py, bilinear's kernel): every strategy sound on even, uneven, tiny and
-empty shapes over the meshes; the contraction gives Partial; end to end on simpg."""
+"""Pointwise rules (dtensor/ops/pointwise.py): the generic rule of ops tagged pointwise, and the
+elementwise ops the tag misses (floor_divide, prelu, glu; _safe_softmax's rule is softmax's,
+in norms), with _trilinear (dtensor/ops/trilinear.py, bilinear's kernel): every strategy sound
+on even, uneven, tiny and empty shapes over the meshes; the contraction gives Partial; end to
+end on simpg."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Partial, Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 g = torch.Generator().manual_seed(17)
 
 
@@ -22,8 +21,33 @@ def _r(*shape: int) -> torch.Tensor:
     return torch.randn(shape, generator=g)
 
 
-X1, X2, W, G = _r(6, 3), _r(6, 4), _r(5, 3, 4), _r(6, 5)
+def _ints(high: int, *shape: int) -> torch.Tensor:
+    return torch.randint(0, high, shape, generator=g)
+
+
+# the generic rule of ops tagged pointwise: broadcasting, scalars, Partial
 CASES = [
+    (aten.add.Tensor, (_r(5, 3), _r(3))),
+    (aten.sub.Tensor, (_r(5, 1), _r(5, 4))),
+    (aten.mul.Tensor, (_r(5, 3), 2.5)),
+    (aten.div.Tensor, (_r(2, 5, 3), torch.rand(5, 1, generator=g) + 1)),
+    (aten.add.Scalar, (_r(7), 1.0)),
+    (aten.neg.default, (_r(3, 4),)),
+    (aten.exp.default, (_r(5, 2),)),
+    (aten.where.self, (_r(5, 3) > 0, _r(5, 3), _r(3))),
+    (aten.bitwise_and.Tensor, (_ints(9, 5, 3), _ints(9, 5, 3))),
+    (aten.eq.Tensor, (_ints(3, 4, 3), _ints(3, 3))),
+    (aten.clone.default, (_r(3, 5),)),
+    (aten.ones_like.default, (_r(3, 5),)),
+    (aten.new_zeros.default, (_r(3, 2), [5, 3])),
+    (aten.new_ones.default, (_r(3, 2), [7])),
+    (aten.new_full.default, (_r(3, 2), [2, 5], 1.5)),
+]
+
+
+# the elementwise ops the tag misses, and _trilinear
+X1, X2, W, G = _r(6, 3), _r(6, 4), _r(5, 3, 4), _r(6, 5)
+CASES += [
     (aten.floor_divide.default, (_r(5, 3), _r(3))),
     (aten.floor_divide.default, (torch.randint(-9, 9, (5, 3), generator=g),
                                  torch.randint(1, 4, (5, 1), generator=g))),
@@ -45,24 +69,13 @@ CASES = [
 ]
 
 
-def _id(case) -> str:
-    op, args = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}{[a for a in args if not isinstance(a, torch.Tensor)]}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_glu_keeps_its_dim_whole_and_trilinear_contracts_into_partial():
-    s = {repr(x) for x in per_dim_strategies(op_spec(aten.glu.default, (_r(4, 6), 1), {},
-                                                     (2,)))[0]}
+    s = offered(aten.glu.default, (_r(4, 6), 1))
     assert "Strategy(S(0)->S(0))" in s and "Strategy(S(1)->S(1))" not in s
-    s = {repr(x) for x in per_dim_strategies(op_spec(
-        aten._trilinear.default, (X1, W, X2, [1, 3], [0], [1, 2], [2, 3]), {}, (2,)))[0]}
+    s = offered(aten._trilinear.default, (X1, W, X2, [1, 3], [0], [1, 2], [2, 3]))
     # batch rows of both inputs; output features of W; the summed in1 / in2 dims: P(sum)
     assert {"Strategy(S(0),R,S(0)->S(0))", "Strategy(R,S(0),R->S(1))",
             "Strategy(S(1),S(1),R->P(sum))", "Strategy(R,S(2),S(1)->P(sum))"} <= s

@@ -3,17 +3,14 @@ uneven and empty batches); end to end on simpg against one device."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(11)
 
 
@@ -65,27 +62,16 @@ CASES = (_max_pool(2, _r(5, 3, 6, 5), [2, 2], [2, 1], [1, 0])
          + _unpool(_r(5, 3, 4, 4)) + _unpool(_r(2, 4, 4)))
 
 
-def _id(case) -> str:
-    op, args = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_batch_and_channel_shard_spatial_dims_do_not():
     x = _r(4, 4, 6, 6)
-    s = {str(st) for st in per_dim_strategies(op_spec(
-        aten.avg_pool2d.default, (x, [2, 2]), {}, (4,)))[0]}
+    s = offered(aten.avg_pool2d.default, (x, [2, 2]), mesh_shape=(4,))
     assert {"Strategy(S(0)->S(0))", "Strategy(S(1)->S(1))", "Strategy(P(sum)->P(sum))"} <= s
     assert not any("S(2)" in t or "S(3)" in t for t in s)
     # 3 channels over 4 ranks leave one rank none, which the kernel rejects
-    s = {str(st) for st in per_dim_strategies(op_spec(
-        aten.max_pool2d_with_indices.default, (_r(4, 3, 6, 6), [2, 2]), {}, (4,)))[0]}
+    s = offered(aten.max_pool2d_with_indices.default, (_r(4, 3, 6, 6), [2, 2]), mesh_shape=(4,))
     assert "Strategy(S(0)->S(0),S(0))" in s and "Strategy(S(1)->S(1),S(1))" not in s
 
 

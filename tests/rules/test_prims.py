@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
+from tests.support.cases import soundness_test
 from tests.support.mesh_world import run_on_mesh
 
 from dtensor import Partial, Shard, distribute_tensor, fallback_policy
 from dtensor.comm.debug_mode import CommDebugMode
-from dtensor.ops.soundness import check_op
 
 P, aten = torch.ops.prims, torch.ops.aten
 _g = torch.Generator().manual_seed(5)
@@ -29,10 +28,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mesh_shape", [(2,), (4,), (2, 2)], ids=str)
-@pytest.mark.parametrize("op,args", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_every_strategy_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape, rtol=1e-5, atol=1e-5) == []
+test_every_strategy_is_sound = soundness_test(CASES, meshes=[(2,), (4,), (2, 2)],
+                                              rtol=1e-5, atol=1e-5)
 
 
 def test_end_to_end_no_collective_and_powsum_is_a_partial_sum():

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 import simpg
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 INF = math.inf
 
 
@@ -90,43 +87,30 @@ CASES = [
 ]
 
 
-def _id(case) -> str:
-    op, args, kwargs = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}{list(args[1:])}{kwargs}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
-
-
-def _strategies(op, args, kwargs, mesh_shape, mesh_dim=0):
-    return {str(s) for s in per_dim_strategies(op_spec(op, args, kwargs, mesh_shape))[mesh_dim]}
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_partials_claimed_where_sound_and_only_there():
     # sum over a sharded dim is P(sum); Partial(sum) passes through sum
     assert {"Strategy(S(1)->P(sum))", "Strategy(P(sum)->P(sum))", "Strategy(S(0)->S(0))"} <= \
-        _strategies(aten.sum.dim_IntList, (X, [1]), {}, (2,))
+        offered(aten.sum.dim_IntList, (X, [1]), {}, (2,))
     # mean: P(avg) only when the pieces are equal (6 = 3 + 3 but 5 = 2 + 2 + 1)
-    assert "Strategy(S(1)->P(avg))" in _strategies(aten.mean.dim, (X, [1]), {}, (3,))
-    assert "Strategy(S(0)->P(avg))" not in _strategies(aten.mean.dim, (U, [0]), {}, (3,))
+    assert "Strategy(S(1)->P(avg))" in offered(aten.mean.dim, (X, [1]), {}, (3,))
+    assert "Strategy(S(0)->P(avg))" not in offered(aten.mean.dim, (U, [0]), {}, (3,))
     # nested: 4 splits evenly over 2 but not over 2 x 4 (2 -> 1, 1, 0, 0)
-    s = _strategies(aten.mean.dim, (X, [0]), {}, (2, 4), mesh_dim=1)
+    s = offered(aten.mean.dim, (X, [0]), {}, (2, 4), mesh_dim=1)
     assert "Strategy(S(0)->P(avg))" not in s
     # amax: P(max) unless a piece is empty (5 over 4: 2, 2, 1, 0)
-    assert "Strategy(S(0)->P(max))" in _strategies(aten.amax.default, (U, [0]), {}, (3,))
-    assert "Strategy(S(0)->P(max))" not in _strategies(aten.amax.default, (U, [0]), {}, (4,))
+    assert "Strategy(S(0)->P(max))" in offered(aten.amax.default, (U, [0]), {}, (3,))
+    assert "Strategy(S(0)->P(max))" not in offered(aten.amax.default, (U, [0]), {}, (4,))
     # prod over a sharded dim is P(product), and P(product) passes through when prod keeps
     # the dtype (int8 is multiplied in int64, where the pieces' int8 product would wrap)
     assert {"Strategy(S(0)->P(product))", "Strategy(P(product)->P(product))"} <= \
-        _strategies(aten.prod.dim_int, (U, 0), {}, (4,))
-    assert "Strategy(P(product)->P(product))" not in _strategies(
+        offered(aten.prod.dim_int, (U, 0), {}, (4,))
+    assert "Strategy(P(product)->P(product))" not in offered(
         aten.prod.default, (U.to(torch.int8),), {}, (2,))
     # indices are local: no Shard of the reduced dim at all
-    assert not any("S(1)->" in x for x in _strategies(aten.max.dim, (U, 1), {}, (2,)))
+    assert not any("S(1)->" in x for x in offered(aten.max.dim, (U, 1), {}, (2,)))
 
 
 

@@ -7,16 +7,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import pytest
 import torch
+from tests.support.cases import soundness_test, strategies
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Partial, Replicate, Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 g = torch.Generator().manual_seed(11)
 
 
@@ -75,22 +72,13 @@ CASES = [
 ] + _vsr_cases()
 
 
-def _id(case) -> str:
-    op, args, kwargs = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    rest = [a for a in args if not isinstance(a, torch.Tensor) and not isinstance(a, list)]
-    return f"{op}{shapes}{rest}{kwargs or ''}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args,kwargs", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def _strategies(op, args, kwargs=None, mesh_shape=(2,)) -> set[str]:
-    spec = op_spec(op, args, kwargs or {}, mesh_shape)
-    return {repr(dataclasses.replace(s, local=None)) for s in per_dim_strategies(spec)[0]}
+    """The reprs of ``strategies``, whatever local function each names."""
+    return {repr(dataclasses.replace(s, local=None))
+            for s in strategies(op, args, kwargs, mesh_shape)}
 
 
 def test_the_ranked_dim_stays_whole_and_the_others_shard():

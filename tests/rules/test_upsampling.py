@@ -3,17 +3,14 @@ that hands each rank its own input_size); end to end on simpg against one device
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
+from tests.support.cases import offered, soundness_test
 from tests.support.mesh_world import run_on_mesh as _world
 
 from dtensor import Shard, distribute_tensor, fallback_policy
-from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 _gen = torch.Generator().manual_seed(13)
 
 
@@ -42,26 +39,14 @@ CASES = (_pair("upsample_nearest1d", _r(5, 3, 4), [7])
          + _pair("_upsample_bicubic2d_aa", _r(1, 2, 4, 4), [6, 3], True))
 
 
-def _id(case) -> str:
-    op, args = case
-    shapes = ",".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"{op}{shapes}"
-
-
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=str)
-@pytest.mark.parametrize("op,args", CASES, ids=[_id(c) for c in CASES])
-def test_every_strategy_of_the_rule_is_sound(op, args, mesh_shape):
-    assert check_op(op, args, {}, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def test_nearest_keeps_every_partial_interpolation_only_linear_ones():
     x = _r(4, 4, 3, 3)
 
-    def strategies(op, *args):
-        return {str(s) for s in per_dim_strategies(op_spec(op, (x, *args), {}, (2,)))[0]}
-
-    near = strategies(aten.upsample_nearest2d.default, [6, 6])
-    bil = strategies(aten.upsample_bilinear2d.default, [6, 6], False)
+    near = offered(aten.upsample_nearest2d.default, (x, [6, 6]))
+    bil = offered(aten.upsample_bilinear2d.default, (x, [6, 6], False))
     assert {"Strategy(S(1)->S(1))", "Strategy(P(max)->P(max))"} <= near
     assert "Strategy(P(sum)->P(sum))" in bil and "Strategy(P(max)->P(max))" not in bil
     assert not any("S(2)" in s or "S(3)" in s for s in near | bil)

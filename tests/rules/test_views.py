@@ -6,14 +6,13 @@ import pytest
 import torch
 
 import simpg
+from tests.support.cases import soundness_test, strategies
 from tests.support.mesh_world import run_on_mesh as _world
 from dtensor import Partial, Replicate, Shard, distribute_tensor
-from dtensor.ops.propagate import ShardingError, per_dim_strategies
-from dtensor.ops.soundness import check_op, op_spec
+from dtensor.ops.propagate import ShardingError
 from dtensor.ops.views import view_groups, view_shards
 
 aten = torch.ops.aten
-MESHES = [(2,), (3,), (2, 2), (4,)]
 BIG = 9223372036854775807  # what x[1:] passes as the end of a slice
 
 
@@ -81,15 +80,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
-@pytest.mark.parametrize("name,op,args,kwargs", CASES, ids=[c[0] for c in CASES])
-def test_every_strategy_is_sound(name, op, args, kwargs, mesh_shape):
-    assert check_op(op, args, kwargs, mesh_shape) == []
+test_every_strategy_is_sound = soundness_test(CASES)
 
 
 def _shard_pairs(op, args, mesh_shape=(2,), mesh_dim=0):
-    strategies = per_dim_strategies(op_spec(op, args, {}, mesh_shape))[mesh_dim]
-    return {(s.inputs[0].dim, s.outputs[0].dim) for s in strategies
+    return {(s.inputs[0].dim, s.outputs[0].dim)
+            for s in strategies(op, args, mesh_shape=mesh_shape, mesh_dim=mesh_dim)
             if isinstance(s.inputs[0], Shard)}
 
 
