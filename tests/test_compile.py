@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from tests.support.gloo_runner import load_program, run_program_on_gloo
+from tests.support.paths import PROGRAMS
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
@@ -236,7 +237,7 @@ def test_partial_tangent_is_coerced_to_replicate() -> None:
 
 
 # -- the same compiled program on real gloo processes ------------------------------------------
-PROGRAM = Path(__file__).parent / "programs" / "compile_program.py"
+PROGRAM = PROGRAMS / "compile_program.py"
 
 
 # slow tier: compiled on real gloo processes (35 s); compiled on simpg is the default run's

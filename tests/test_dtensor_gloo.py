@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
 import simpg
 from tests.support.gloo_runner import load_program, run_program_on_gloo
+from tests.support.paths import PROGRAMS
 
-PROGRAM = Path(__file__).parent / "programs" / "dtensor_program.py"
+PROGRAM = PROGRAMS / "dtensor_program.py"
 
 
 def _program():

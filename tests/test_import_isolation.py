@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 SOURCES = sorted((ROOT / "dtensor").rglob("*.py"))
 # a module or backend name: what an import, a sys.modules lookup or a backend test would use
 _NAME = re.compile(r"simpg(\.\w+)*", re.IGNORECASE)
