@@ -24,7 +24,7 @@ CASES = [
     (aten.pixel_shuffle.default, (_r(5, 8, 2, 3), 2)),
     (aten.pixel_shuffle.default, (_r(3, 2, 4, 1, 1), 2)),
     (aten.pixel_unshuffle.default, (_r(0, 2, 4, 4), 2)),
-    # Note [empty pieces take the output's shape]
+    # pieces empty on most ranks: Note [empty pieces take the output's shape]
     (aten.pixel_unshuffle.default, (_r(1, 1, 6, 6), 3)),
     (aten.channel_shuffle.default, (_r(5, 6, 3, 2), 3)),
     (aten.im2col.default, (_r(5, 2, 4, 3), [2, 2], [1, 1], [1, 0], [1, 1])),
