@@ -12,7 +12,6 @@ from collections import Counter
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import dtensor
 import simpg
@@ -25,30 +24,23 @@ from dtensor.tensor import DTensor
 from torch.utils._python_dispatch import (TorchDispatchMode, _get_current_dispatch_mode,
                                           is_in_torch_dispatch_mode)
 from examples.models import llama
+from tests.support.graph_steps import (bytes_received_everywhere, mse, tiny_llama,
+                                       tiny_mlp)
 from tests.support.paths import PROGRAMS
 
 R = Replicate()
 MESH = (2, 2)
 
 
-def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return ((out - target) ** 2).mean()
-
-
 def _mlp_case():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 7))
+    model = tiny_mlp()
     x, y = torch.randn(6, 8), torch.randn(6, 7)
-    return model, _mse, x, y, {"input0": ShardSpec([Shard(0), R]),
+    return model, mse, x, y, {"input0": ShardSpec([Shard(0), R]),
                                "0.weight": ShardSpec([R, Shard(0)])}
 
 
 def _llama_case():
-    cfg = llama.config("tiny", dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_hidden=48,
-                       vocab_size=64, max_seq_len=8)
-    torch.manual_seed(0)
-    model = llama.Llama(cfg)
-    tokens = torch.randint(0, cfg.vocab_size, (4, 8))
+    model, tokens = tiny_llama()
     return model, llama.loss_fn, tokens, tokens.roll(-1, 1), {
         "input0": ShardSpec([Shard(0), R]),
         "tok_embeddings.weight": ShardSpec([R, Shard(0)])}
@@ -68,7 +60,7 @@ class _Hinted(torch.nn.Module):
 def _hinted_case():
     torch.manual_seed(0)
     x, y = torch.randn(8, 8), torch.randn(8, 8)
-    return _Hinted(), _mse, x, y, {"input0": ShardSpec([Shard(0), R])}
+    return _Hinted(), mse, x, y, {"input0": ShardSpec([Shard(0), R])}
 
 
 CASES = {"mlp": _mlp_case, "llama": _llama_case, "hinted": _hinted_case}
@@ -114,10 +106,14 @@ def _step(model, loss_fn, x, y, plan, follow="step", apply_to=None):
         loss.to_local().backward()
     assert _get_current_dispatch_mode() is None  # every push popped
     assert not is_in_torch_dispatch_mode()  # process-wide flags untouched by rank threads
-    mine = torch.tensor([sum(r.bytes_received[r.ranks.index(dist.get_rank())]
-                             for r in t.records)])
-    dist.all_reduce(mine)
-    return loss, m, int(mine.item()), comms.get_comm_counts_by_kind()
+    return loss, m, bytes_received_everywhere(t.records), comms.get_comm_counts_by_kind()
+
+
+def _assert_equals_one_device(loss, module, want_loss, want_grads) -> None:
+    torch.testing.assert_close(loss.full_tensor(), want_loss, atol=1e-5, rtol=1e-4)
+    for n, p in module.named_parameters():
+        torch.testing.assert_close(p.grad.full_tensor(), want_grads[n], atol=1e-5, rtol=1e-4,
+                                   msg=n)
 
 
 def _planned_collectives(plan) -> Counter:
@@ -183,10 +179,7 @@ def test_without_following_the_module_follows_and_the_loss_is_propagations(case)
     the MLP (its MSE by propagation), 1.00x on the Llama; op by op 2.92x and 1.65x."""
     name, model, loss_fn, x, y, plan, want_loss, want_grads = case
     loss, m, moved, _ = _step(model, loss_fn, x, y, plan, follow="module")
-    torch.testing.assert_close(loss.full_tensor(), want_loss, atol=1e-5, rtol=1e-4)
-    for n, p in m.named_parameters():
-        torch.testing.assert_close(p.grad.full_tensor(), want_grads[n], atol=1e-5, rtol=1e-4,
-                                   msg=n)
+    _assert_equals_one_device(loss, m, want_loss, want_grads)
     assert moved <= 1.35 * plan.total_bytes, (moved, plan.total_bytes)
     if name == "llama":  # its cross-entropy by propagation takes the plan's strategy
         assert moved == plan.total_bytes
@@ -206,10 +199,7 @@ def test_without_following_the_module_follows_and_the_loss_is_propagations(case)
 def test_op_by_op_application_equals_one_device_too(case):
     name, model, loss_fn, x, y, plan, want_loss, want_grads = case
     loss, m, moved, _ = _step(model, loss_fn, x, y, plan, follow="off")
-    torch.testing.assert_close(loss.full_tensor(), want_loss, atol=1e-5, rtol=1e-4)
-    for n, p in m.named_parameters():
-        torch.testing.assert_close(p.grad.full_tensor(), want_grads[n], atol=1e-5, rtol=1e-4,
-                                   msg=n)
+    _assert_equals_one_device(loss, m, want_loss, want_grads)
     with pytest.raises(EagerPlanError, match="follows no plan"):
         EagerPlan.report(m)
     with pytest.raises(EagerPlanError, match="follows no plan"):

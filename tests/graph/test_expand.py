@@ -3,56 +3,37 @@ one device's outputs and gradients, moving exactly the bytes the plan says."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-import torch.distributed as dist
 
 import dtensor
 import simpg
 from dtensor import Replicate, Shard
 from dtensor.graph import ShardSpec, capture, capture_train_step, infer, run, shard_hint
 from examples.models import llama
+from tests.support.graph_steps import (mse, run_moving_the_planned_bytes, tiny_llama,
+                                       tiny_mlp)
 from tests.support.paths import PROGRAMS
 
 R = Replicate()
 PROGRAM = PROGRAMS / "graph_program.py"
 
 
-def _mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 7))
-
-
-def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return ((out - target) ** 2).mean()
-
-
 @pytest.fixture(scope="module")
 def mlp_step():
-    model = _mlp()
+    model = tiny_mlp()
     x, y = torch.randn(6, 8), torch.randn(6, 7)  # 6 rows over 2 x 2 ranks: uneven pieces too
-    g = capture_train_step(model, _mse, [x], [y])
+    g = capture_train_step(model, mse, [x], [y])
     plan = infer(g, (2, 2), {"input0": ShardSpec([Shard(0), R]),
                              "0.weight": ShardSpec([R, Shard(0)])})
     flat = [p.detach() for p in model.parameters()] + [x, y]
     return plan, flat, g(*flat)
 
 
-def _bytes_received_everywhere(records) -> int:
-    rank = dist.get_rank()
-    mine = torch.tensor([sum(r.bytes_received[r.ranks.index(rank)] for r in records)])
-    dist.all_reduce(mine)
-    return int(mine.item())
-
-
 @pytest.mark.world(4)
 def test_training_step_equals_one_device_and_moves_the_planned_bytes(mlp_step):
     plan, flat, reference = mlp_step
-    mesh = dtensor.init_device_mesh("cpu", (2, 2))
-    with simpg.trace() as t:
-        outs = run(plan, mesh, *flat)
-    assert _bytes_received_everywhere(t.records) == plan.total_bytes
+    outs = run_moving_the_planned_bytes(plan, (2, 2), flat)
     for name, got, want, ends in zip(plan.graph.outputs, outs, reference, plan.output_targets()):
         assert tuple(got.placements) == ends, name
         torch.testing.assert_close(got.full_tensor(), want, msg=name)
@@ -96,11 +77,7 @@ def test_forward_with_a_hint_and_backward_through_dtensors(hinted):
 
 @pytest.fixture(scope="module")
 def llama_step():
-    cfg = llama.config("tiny", dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_hidden=48,
-                       vocab_size=64, max_seq_len=8)
-    torch.manual_seed(0)
-    model = llama.Llama(cfg)
-    tokens = torch.randint(0, cfg.vocab_size, (4, 8))
+    model, tokens = tiny_llama()
     g = capture_train_step(model, llama.loss_fn, [tokens], [tokens.roll(-1, 1)])
     plan = infer(g, (2, 2), {"input0": ShardSpec([Shard(0), R]),
                              "tok_embeddings.weight": ShardSpec([R, Shard(0)])})
@@ -112,10 +89,7 @@ def llama_step():
 @pytest.mark.world(4, timeout=60)
 def test_llama_training_step_equals_one_device(llama_step):
     plan, flat, reference = llama_step
-    mesh = dtensor.init_device_mesh("cpu", (2, 2))
-    with simpg.trace() as t:
-        outs = run(plan, mesh, *flat)
-    assert _bytes_received_everywhere(t.records) == plan.total_bytes
+    outs = run_moving_the_planned_bytes(plan, (2, 2), flat)
     for name, got, want in zip(plan.graph.outputs, outs, reference):
         torch.testing.assert_close(got.full_tensor(), want, msg=name, atol=1e-5, rtol=1e-4)
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
-import dtensor
-import simpg
 from dtensor import Replicate, Shard
-from dtensor.graph import GraphShardingError, ShardSpec, capture_train_step, infer, run
+from dtensor.graph import GraphShardingError, ShardSpec, capture_train_step, infer
 from examples.models import llama
+from tests.support.graph_steps import run_moving_the_planned_bytes, tiny_llama
 
 R = Replicate()
 MESH = (2, 2)
@@ -19,11 +17,7 @@ MESH = (2, 2)
 
 @pytest.fixture(scope="module")
 def step():
-    cfg = llama.config("tiny", dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=48,
-                       vocab_size=64, max_seq_len=8)
-    torch.manual_seed(0)
-    model = llama.Llama(cfg)
-    tokens = torch.randint(0, cfg.vocab_size, (8, 8))
+    model, tokens = tiny_llama(n_layers=2, batch=8)
     graph = capture_train_step(model, llama.loss_fn, [tokens], [tokens.roll(-1, 1)])
     flat = [t.detach() for t in list(model.parameters()) + list(model.buffers())]
     flat += [tokens, tokens.roll(-1, 1)]
@@ -72,12 +66,6 @@ def test_an_impossible_budget_says_the_least_memory_found(step):
 def test_the_budgeted_plan_runs_and_equals_one_device(step):
     _, graph, flat, annotations, free = step
     plan = infer(graph, MESH, annotations, memory_budget=int(free.memory.total * 0.7))
-    mesh = dtensor.init_device_mesh("cpu", MESH)
-    with simpg.trace() as t:
-        outs = run(plan, mesh, *flat)
-    mine = torch.tensor([sum(r.bytes_received[r.ranks.index(dist.get_rank())]
-                             for r in t.records)])
-    dist.all_reduce(mine)
-    assert int(mine.item()) == plan.total_bytes
+    outs = run_moving_the_planned_bytes(plan, MESH, flat)
     for name, got, want in zip(graph.outputs, outs, graph(*flat)):
         torch.testing.assert_close(got.full_tensor(), want, msg=name, atol=1e-5, rtol=1e-4)

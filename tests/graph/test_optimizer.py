@@ -8,19 +8,13 @@ import copy
 
 import pytest
 import torch
-import torch.distributed as dist
 
-import dtensor
-import simpg
 from dtensor import Replicate, Shard
-from dtensor.graph import AdamW, CaptureError, ShardSpec, capture_train_step, infer, run
+from dtensor.graph import AdamW, CaptureError, ShardSpec, capture_train_step, infer
+from tests.support.graph_steps import mse, run_moving_the_planned_bytes
 
 R = Replicate()
 OPT = AdamW(lr=0.1, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.05, step=3)
-
-
-def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return ((out - target) ** 2).mean()
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +25,7 @@ def case():
     params = [p.detach() for p in model.parameters()]
     exp_avg = [torch.randn_like(p) * 0.1 for p in params]
     exp_avg_sq = [torch.rand_like(p) * 0.1 for p in params]
-    graph = capture_train_step(model, _mse, [x], [y], optimizer=OPT)
+    graph = capture_train_step(model, mse, [x], [y], optimizer=OPT)
     return model, graph, params + [x, y] + exp_avg + exp_avg_sq, exp_avg, exp_avg_sq
 
 
@@ -42,7 +36,7 @@ def test_the_captured_update_is_torch_adamw(case):
     ref = copy.deepcopy(model)
     opt = torch.optim.AdamW(ref.parameters(), lr=OPT.lr, betas=OPT.betas, eps=OPT.eps,
                             weight_decay=OPT.weight_decay, foreach=False)
-    _mse(ref(flat[n]), flat[n + 1]).backward()
+    mse(ref(flat[n]), flat[n + 1]).backward()
     for p, m, v in zip(ref.parameters(), exp_avg, exp_avg_sq):
         opt.state[p] = {"step": torch.tensor(float(OPT.step - 1)), "exp_avg": m.clone(),
                         "exp_avg_sq": v.clone()}
@@ -60,13 +54,7 @@ def test_the_planned_adamw_step_equals_one_device(case):
     plan = infer(graph, (2, 2), {"input0": ShardSpec([Shard(0), R]),
                                  "0.weight": ShardSpec([R, Shard(0)])})
     assert plan.problem.optimizer_states == 0  # the states are the graph's own inputs
-    mesh = dtensor.init_device_mesh("cpu", (2, 2))
-    with simpg.trace() as t:
-        outs = run(plan, mesh, *flat)
-    mine = torch.tensor([sum(r.bytes_received[r.ranks.index(dist.get_rank())]
-                             for r in t.records)])
-    dist.all_reduce(mine)
-    assert int(mine.item()) == plan.total_bytes
+    outs = run_moving_the_planned_bytes(plan, (2, 2), flat)
     for i, (name, got, want) in enumerate(zip(graph.outputs, outs, graph(*flat))):
         if i in graph.ties:  # a new state ends laid out like the state it replaces
             assert tuple(got.placements) == plan.placements(graph.ties[i]), name
