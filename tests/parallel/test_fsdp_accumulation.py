@@ -11,9 +11,8 @@ from torch import nn
 
 import simpg
 from dtensor import DTensor, init_device_mesh
-from dtensor.parallel import (ColwiseParallel, FSDPModule, FullyShardError, RowwiseParallel,
-                              fully_shard, parallelize_module, replicate)
-from tests.support.fsdp_net import Net
+from dtensor.parallel import (FSDPModule, FullyShardError, fully_shard, replicate)
+from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks
 
 BATCH = torch.randn(8, 5, 8, generator=torch.Generator().manual_seed(0))
 MICRO = 2
@@ -34,12 +33,9 @@ def _accumulate(mesh_shape: tuple[int, int], mode: str, recurse: bool = True) ->
     torch.manual_seed(0)
     model = Net()
     wrap = fully_shard if mode == "shard" else replicate
-    for block in model.blocks:
-        if tp > 1:
-            parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
-                                                   "w2": RowwiseParallel()})
-        wrap(block, mesh["dp"])
-    wrap(model, mesh["dp"])
+    if tp > 1:
+        tensor_parallel_blocks(model, mesh["tp"])
+    data_parallel_blocks(model, mesh["dp"], wrap)
     mine = BATCH.chunk(dp)[mesh.get_local_rank("dp")]
     ops_per_backward, grads_seen = [], []
     for i, micro in enumerate(mine.chunk(MICRO)):

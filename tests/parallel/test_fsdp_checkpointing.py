@@ -15,9 +15,9 @@ from torch.utils.checkpoint import checkpoint
 
 import simpg
 from dtensor import DTensor, init_device_mesh
-from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
+from dtensor.parallel import fully_shard
 from dtensor.parallel.fsdp import data_parallel_state
-from tests.support.fsdp_net import Block
+from tests.support.fsdp_net import Block, data_parallel_blocks, tensor_parallel_blocks
 from tests.support.paths import ROOT
 
 BATCHES = [torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(s)) for s in range(3)]
@@ -67,12 +67,9 @@ def _fully_sharded_body(mesh_shape: tuple[int, int], reshard: bool) -> tuple[lis
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
     model = Checkpointed()
-    for block in model.blocks:
-        if tp > 1:
-            parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
-                                                   "w2": RowwiseParallel()})
-        fully_shard(block, mesh["dp"], reshard_after_forward=reshard)
-    fully_shard(model, mesh["dp"])
+    if tp > 1:
+        tensor_parallel_blocks(model, mesh["tp"])
+    data_parallel_blocks(model, mesh["dp"], reshard_after_forward=reshard)
     rank = mesh.get_local_rank("dp")
     return _train_checkpointed(model, slice(rank * 4 // dp, (rank + 1) * 4 // dp))
 
@@ -107,8 +104,7 @@ def _tensor_parallel_body() -> tuple[list[float], dict]:
     mesh = init_device_mesh("cpu", (2,))
     torch.manual_seed(0)
     model = Checkpointed()
-    for block in model.blocks:
-        parallelize_module(block, mesh, {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    tensor_parallel_blocks(model, mesh)
     return _train_checkpointed(model, slice(None))
 
 

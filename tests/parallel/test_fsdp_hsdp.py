@@ -10,10 +10,10 @@ import torch
 
 import simpg
 from dtensor import Replicate, Shard, fallback_policy, init_device_mesh
-from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
+from dtensor.parallel import fully_shard
 from simpg.testing import torch_meshes_per_rank
 from tests.support.dropin_world import fresh_torch_caches
-from tests.support.fsdp_net import Net, train
+from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
 
 X = torch.randn(8, 5, 8, generator=torch.Generator().manual_seed(0))
 
@@ -28,12 +28,9 @@ def _hsdp_body(mesh_shape: tuple[int, int, int]) -> tuple[list[float], dict, lis
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("rep", "shard", "tp"))
     torch.manual_seed(0)
     model = Net()
-    for block in model.blocks:
-        if tp > 1:
-            parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
-                                                   "w2": RowwiseParallel()})
-        fully_shard(block, mesh["rep", "shard"])
-    fully_shard(model, mesh["rep", "shard"])
+    if tp > 1:
+        tensor_parallel_blocks(model, mesh["tp"])
+    data_parallel_blocks(model, mesh["rep", "shard"])
     dp_rank = mesh.get_local_rank("rep") * shards + mesh.get_local_rank("shard")
     with simpg.trace() as t:
         model(_rows(replicas * shards).chunk(replicas * shards)[dp_rank]).sum().backward()

@@ -12,10 +12,10 @@ from torch import nn
 
 import simpg
 from dtensor import DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
-from dtensor.parallel import (ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module,
+from dtensor.parallel import (fully_shard, parallelize_module,
                               state_bytes)
 from examples.models import llama
-from tests.support.fsdp_net import Net, train
+from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
 
 X = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(0))
 
@@ -31,13 +31,9 @@ def _reset(model: nn.Module, seed: int) -> None:
 def _parallelize(model: Net, mesh_shape: tuple[int, int], dp_mode: str) -> Net:
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("dp", "tp"))
     if mesh_shape[1] > 1:
-        for block in model.blocks:
-            parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
-                                                   "w2": RowwiseParallel()})
+        tensor_parallel_blocks(model, mesh["tp"])
     if dp_mode == "fsdp":
-        for block in model.blocks:
-            fully_shard(block, mesh["dp"])
-        fully_shard(model, mesh["dp"])
+        data_parallel_blocks(model, mesh["dp"])
     return model
 
 

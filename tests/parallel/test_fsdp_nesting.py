@@ -18,8 +18,8 @@ import torch
 
 import simpg
 from dtensor import Shard, fallback_policy, init_device_mesh
-from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
-from tests.support.fsdp_net import Net, train
+from dtensor.parallel import fully_shard
+from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
 
 X = torch.randn(6, 5, 8, generator=torch.Generator().manual_seed(0))
 
@@ -28,10 +28,8 @@ def _build(mesh_shape: tuple[int, int]) -> tuple[Net, object]:
     mesh = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
     model = Net()
-    for block in model.blocks:  # w1.bias (14 rows) is Shard(0) on tp: it nests
-        parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
-        fully_shard(block, mesh["dp"])
-    fully_shard(model, mesh["dp"])
+    tensor_parallel_blocks(model, mesh["tp"])  # w1.bias (14 rows) is Shard(0) on tp: it nests
+    data_parallel_blocks(model, mesh["dp"])
     return model, mesh
 
 

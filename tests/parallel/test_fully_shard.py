@@ -10,10 +10,10 @@ from torch import nn
 
 import simpg
 from dtensor import DTensor, Replicate, Shard, fallback_policy, init_device_mesh
-from dtensor.parallel import (ColwiseParallel, FullyShardError, RowwiseParallel, fully_shard,
+from dtensor.parallel import (ColwiseParallel, FullyShardError, fully_shard,
                               parallelize_module, replicate, state_bytes)
 from dtensor.parallel.fsdp import data_parallel_state
-from tests.support.fsdp_net import Net, train
+from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -34,13 +34,8 @@ def test_data_parallel_training_equals_one_device(mode, mesh_shape):
         torch.manual_seed(0)
         model = Net()
         if tp > 1:
-            for block in model.blocks:
-                parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(),
-                                                       "w2": RowwiseParallel()})
-        wrap = fully_shard if mode == "shard" else replicate
-        for block in model.blocks:
-            wrap(block, mesh["dp"])
-        wrap(model, mesh["dp"])
+            tensor_parallel_blocks(model, mesh["tp"])
+        data_parallel_blocks(model, mesh["dp"], fully_shard if mode == "shard" else replicate)
         w1 = model.blocks[0].w1.weight
         if mode == "shard":  # Note [fully_shard layout]: dp takes the dim tp leaves whole
             assert w1.placements == ((Shard(1), Shard(0)) if tp > 1 else (Shard(0), Replicate()))

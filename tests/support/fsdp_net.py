@@ -1,11 +1,17 @@
-"""The small two-block network the fully_shard tests train, and its training loop: the same
-model and steps on one device and on a mesh, compared loss by loss."""
+"""The small two-block network the fully_shard tests train, how they lay it out (tensor
+parallel blocks, then data parallel blocks and root), and its training loop: the same model
+and steps on one device and on a mesh, compared loss by loss."""
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from dtensor import DeviceMesh
+from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
 
 
 class Block(nn.Module):
@@ -28,6 +34,22 @@ class Net(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
+
+
+def tensor_parallel_blocks(model: nn.Module, tp_mesh: DeviceMesh) -> None:
+    """Each of ``model.blocks`` over ``tp_mesh``: w1 column-wise, w2 row-wise (the MLP pair
+    that needs one all-reduce per block)."""
+    for block in model.blocks:
+        parallelize_module(block, tp_mesh, {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+
+
+def data_parallel_blocks(model: nn.Module, dp_mesh: DeviceMesh,
+                         wrap: Callable[..., Any] = fully_shard, **block_kwargs: Any) -> None:
+    """``wrap`` (``fully_shard`` or ``replicate``) each of ``model.blocks`` over ``dp_mesh``
+    with ``block_kwargs``, then ``model`` itself, which keeps what the blocks do not."""
+    for block in model.blocks:
+        wrap(block, dp_mesh, **block_kwargs)
+    wrap(model, dp_mesh)
 
 
 def train(model: nn.Module, x: torch.Tensor, steps: int) -> list[float]:
