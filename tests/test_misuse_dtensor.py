@@ -249,13 +249,7 @@ def classify(world: int, program: Callable[[], Any], error: type, pattern: str) 
     return "clear error" if isinstance(e, error) and re.search(pattern, str(e)) else "wrong error"
 
 
-if __name__ == "__main__":  # the tally: python tests/test_misuse_dtensor.py
-    from collections import Counter
+if __name__ == "__main__":  # the tally: python -m tests.test_misuse_dtensor
+    from tests.support.misuse import print_tally
 
-    outcomes = {c[0]: classify(*c[1:]) for c in CASES}
-    for name, outcome in outcomes.items():
-        if outcome != "clear error":
-            print(f"{name}: {outcome}")
-    tally = Counter(outcomes.values())
-    print(f"{len(CASES)} misuses: " + ", ".join(
-        f"{k} {tally.get(k, 0)}" for k in ("clear error", "wrong error", "hang", "silent")))
+    print_tally({c[0]: classify(*c[1:]) for c in CASES})
