@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import simpg
-from tests.support.gloo_runner import load_program, run_program_on_gloo
+from tests.support.gloo_runner import assert_bit_for_bit, load_program, run_program_on_gloo
 from tests.support.paths import PROGRAMS
 
 PROGRAM = PROGRAMS / "dtensor_program.py"
@@ -24,7 +24,4 @@ def test_dtensor_core_on_gloo_matches_simpg_bit_for_bit(tmp_path):
     full = torch.arange(35, dtype=torch.float64).reshape(7, 5)
     assert torch.equal(on_simpg[0]["to R,R"], full)
     assert torch.equal(on_simpg[0]["grad"], torch.full((7, 5), 6.0))  # 2 dp ranks x 3
-    for rank, (sim, real) in enumerate(zip(on_simpg, on_gloo, strict=True)):
-        assert sim.keys() == real.keys()
-        for key in sim:
-            assert torch.equal(sim[key], real[key]), f"rank {rank} {key}"
+    assert_bit_for_bit(on_simpg, on_gloo)

@@ -30,23 +30,10 @@ from dtensor import comm
 from dtensor.debug import CommDebugMode
 from dtensor.comm.debug_mode import comm_counts_by_kind
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
+from tests.support.dropin_world import fresh_torch_caches
 
 RUN_TIMEOUT_S = 30.0
 funcol = torch.ops.c10d_functional
-
-
-def _fresh_torch_caches() -> None:
-    """torch's DTensor caches per thread without the rank, and simpg reuses rank threads:
-    forget what an earlier world computed here (as benchmarks/bench_training.py does)."""
-    from torch.distributed.tensor._redistribute import (_gen_transform_infos,
-                                                        clear_redistribute_planner_cache)
-    from torch.distributed.tensor._sharding_prop import ShardingPropagator
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-    _clear_sharding_prop_cache()
-    _gen_transform_infos.cache_clear()
-    clear_redistribute_planner_cache()
-    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
 
 
 @pytest.fixture
@@ -118,7 +105,7 @@ def _count_program(rt: Any, mode_cls: type, program: Callable, n: int) -> list[C
 
     def body() -> Counter[str]:
         if rt is tdt:
-            _fresh_torch_caches()
+            fresh_torch_caches()
         mesh = (dtensor if rt is dtensor else tdt).init_device_mesh("cpu", (n,))
         t = rt.distribute_tensor(full, mesh, [rt.Shard(0)])
         with mode_cls() as mode:
@@ -171,7 +158,7 @@ def _mlp_forward_backward(mode_cls: type, torch_side: bool, plan: str) -> list[d
 
     def body() -> dict[str, Any]:
         if torch_side:
-            _fresh_torch_caches()
+            fresh_torch_caches()
         torch.manual_seed(0)
         model = MLP()
         if torch_side:

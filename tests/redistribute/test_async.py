@@ -25,7 +25,7 @@ from dtensor.dispatch import native
 from dtensor.comm import AsyncCollectiveError, AsyncCollectiveTensor, Handle
 from dtensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                               RowwiseParallel, parallelize_module)
-from tests.support.gloo_runner import load_program, run_program_on_gloo
+from tests.support.gloo_runner import assert_bit_for_bit, load_program, run_program_on_gloo
 from tests.support.paths import PROGRAMS
 
 # (source, target, what the last step issues), on a 2x2 mesh for the 2-d rows
@@ -457,7 +457,4 @@ def test_async_redistributes_on_gloo_match_simpg_bit_for_bit(tmp_path):
     assert torch.equal(on_simpg[0]["p to R,R"], torch.full((3, 4), 1.0 + 3, dtype=torch.float64))
     # the gradient arrives Replicate: each rank's 3s are the global gradient
     assert torch.equal(on_simpg[0]["grad"], torch.full((7, 5), 3.0, dtype=torch.float64))
-    for rank, (sim, real) in enumerate(zip(on_simpg, on_gloo, strict=True)):
-        assert sim.keys() == real.keys()
-        for key in sim:
-            assert torch.equal(sim[key], real[key]), f"rank {rank} {key}"
+    assert_bit_for_bit(on_simpg, on_gloo)

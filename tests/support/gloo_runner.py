@@ -119,3 +119,13 @@ def run_as_gloo_rank(program: Callable[[], Any], argv: list[str], timeout: timed
             dist.barrier()  # nobody tears down gloo while a peer still connects
     finally:
         dist.destroy_process_group()
+
+
+def assert_bit_for_bit(on_simpg: list[dict[str, torch.Tensor]],
+                       on_gloo: list[dict[str, torch.Tensor]]) -> None:
+    """A program's per-rank results on simpg and on gloo: the same ranks and keys, and every
+    tensor equal bit for bit."""
+    for rank, (sim, real) in enumerate(zip(on_simpg, on_gloo, strict=True)):
+        assert sim.keys() == real.keys(), f"rank {rank}"
+        for key in sim:
+            assert torch.equal(sim[key], real[key]), f"rank {rank} {key}"
