@@ -18,6 +18,7 @@ import torch
 
 import dtensor.decompositions.foreach_norm  # noqa: F401  (registers its decomposition)
 import simpg
+from tests.support.cases import mesh_id
 from tests.support.mesh_world import run_on_mesh
 from dtensor import (DTensor, Partial, Replicate, Shard, distribute_tensor, fallback_policy,
                      mesh_coordinates)
@@ -214,7 +215,7 @@ def test_every_foreach_overload_has_a_rule_but_mm():
     assert aten._foreach_mm.default not in REGISTRY  # N matmuls: not elementwise
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=mesh_id)
 @pytest.mark.parametrize("op", OVERLOADS, ids=str)
 def test_every_strategy_is_sound(op, mesh_shape):
     args, kwargs = _build_args(op)
@@ -278,7 +279,7 @@ def _reference(cls: Any, kwargs: dict, foreach: bool) -> tuple[list, torch.optim
     return params, opt
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=mesh_id)
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_optimizer_matches_single_device(name, mesh_shape):
     cls, kwargs = OPTIMIZERS[name]
@@ -316,7 +317,7 @@ def _clip_reference(norm_type: float, foreach: bool) -> tuple[torch.Tensor, list
     return total, [p.grad for p in params]
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=mesh_id)
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf], ids=lambda n: f"norm{n}")
 def test_clip_grad_norm_matches_single_device(norm_type, mesh_shape):
     refs = {fe: _clip_reference(norm_type, fe) for fe in (False, True)}
@@ -343,7 +344,7 @@ def test_clip_grad_norm_matches_single_device(norm_type, mesh_shape):
     assert moved[True] <= 4 * 8 * len(PARAMS), moved
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=mesh_id)
 def test_clip_grad_value_matches_single_device(mesh_shape):
     refs = {}
     for foreach in (False, True):
@@ -429,7 +430,7 @@ def test_strategies_stay_few_for_long_lists():
     assert chosen.cost == 0 and chosen.inputs == tuple(ps + ps)
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda m: f"mesh{m}")
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=mesh_id)
 def test_foreach_norm_of_shards_sums_powers_once_per_group(mesh_shape):
     xs = [torch.randn(s, generator=torch.Generator().manual_seed(i))
           for i, (s, _, _) in enumerate(PARAMS)]

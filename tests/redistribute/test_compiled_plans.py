@@ -17,7 +17,8 @@ from dtensor import comm
 from dtensor.comm.debug_mode import CommDebugMode
 from dtensor.redistribute import program, program_to
 from dtensor.spec import DTensorSpec
-from tests.redistribute.test_execute import make_cases
+from tests.support.cases import mesh_id
+from tests.support.redistribute_cases import make_cases
 
 
 def test_a_program_is_compiled_once_per_mesh_and_move():
@@ -62,7 +63,7 @@ def test_copies_and_pickles_of_a_spec_leave_its_moves_behind():
     simpg.run(body, 2)
 
 
-@pytest.mark.parametrize("mesh_shape", [(3,), (2, 2)], ids=lambda s: f"mesh{s}")
+@pytest.mark.parametrize("mesh_shape", [(3,), (2, 2)], ids=mesh_id)
 def test_cached_programs_give_the_reference_pieces_call_after_call(mesh_shape):
     cases = make_cases(mesh_shape, shapes=((7, 5),))
 

@@ -1,7 +1,7 @@
 """redistribute_local_tensor on simpg and gloo against the reference executor and the planner.
 
 For every (src, dst) pair the real executor must give every rank exactly what
-``local_redistribute.redistribute_locals`` gives it (integer-valued data: bit for bit), and
+``redistribute.reference.redistribute_locals`` gives it (integer-valued data: bit for bit), and
 the bytes simpg's trace records for each rank must equal ``planner.step_received``: two
 independent implementations of the ring formulas checked against each other.
 """
@@ -9,12 +9,9 @@ independent implementations of the ring formulas checked against each other.
 from __future__ import annotations
 
 import doctest
-import itertools
 import os
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -28,64 +25,16 @@ from dtensor import comm
 from dtensor.layout import mesh_coordinates
 from dtensor.redistribute.reference import StepError, redistribute_locals, shard_full
 from dtensor.mesh import DeviceMesh, init_device_mesh
-from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
+from dtensor.placements import (Partial, PlacementError, Replicate, Shard,
                                 fmt_placements, normalize_placements)
-from dtensor.redistribute.planner import Step, plan, step_received
+from dtensor.redistribute.planner import Step, plan
 from dtensor.redistribute import redistribute_local_tensor
+from tests.support.cases import mesh_id
+from tests.support.redistribute_cases import Case, make_cases
 
-PER_DIM = (Shard(0), Shard(1), Replicate(), Partial("sum"), Partial("max"))
 # The single-buffer c10d collectives each step kind may issue (Note [one buffer per collective])
 STEP_KIND_OF = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
                 "all_to_all_single": "all_to_all"}
-SHAPES = ((8, 4), (7, 5), (3, 1))
-Coord = tuple[int, ...]
-
-
-def placement_lists(mesh_shape: Sequence[int], per_dim: Sequence[Placement] = PER_DIM,
-                    ndim: int = 2) -> list[tuple[Placement, ...]]:
-    """Every valid placement list (mixing P(sum) with P(max) is not one)."""
-    out = []
-    for pl in itertools.product(per_dim, repeat=len(mesh_shape)):
-        try:
-            out.append(normalize_placements(pl, ndim, len(mesh_shape)))
-        except PlacementError:
-            pass
-    return out
-
-
-@dataclass(frozen=True)
-class Case:
-    """One redistribution with the reference's answer for every rank."""
-
-    shape: tuple[int, ...]
-    src: tuple[Placement, ...]
-    dst: tuple[Placement, ...]
-    locals: dict[Coord, torch.Tensor]
-    expected: dict[Coord, torch.Tensor]
-    received: dict[Coord, int]  # bytes by coordinate, from the planner
-    ops: tuple[str, ...]  # the collective step kinds, in order
-
-    def __repr__(self) -> str:  # the id run_subtests prints for a failure
-        return f"{fmt_placements(self.src)}->{fmt_placements(self.dst)}@{self.shape}"
-
-
-def make_cases(mesh_shape: tuple[int, ...], shapes=SHAPES, per_dim=PER_DIM,
-               dtype=torch.float32) -> list[Case]:
-    cases = []
-    for shape in shapes:
-        # integer-valued, negative too (max/min identities matter), exact in every dtype used
-        full = (torch.arange(shape[0] * shape[1]).reshape(shape) * 5 % 23 - 9).to(dtype)
-        lists = placement_lists(mesh_shape, per_dim)
-        for src in lists:
-            locs = shard_full(full, mesh_shape, src, seed=len(cases))
-            for dst in lists:
-                steps = plan(src, dst, mesh_shape, shape, itemsize=full.element_size())
-                received = {c: sum(step_received(s, mesh_shape, shape, full.element_size())[c]
-                                   for s in steps) for c in mesh_coordinates(mesh_shape)}
-                cases.append(Case(shape, src, dst, locs,
-                                  redistribute_locals(locs, steps, mesh_shape, shape), received,
-                                  tuple(s.kind for s in steps if s.is_collective)))
-    return cases
 
 
 def check_case(mesh: DeviceMesh, case: Case, *, check_bytes: bool = True) -> None:
@@ -116,7 +65,7 @@ def sweep(mesh_shape: tuple[int, ...], cases: list[Case], **kwargs) -> None:
 
 # -- the sweeps on simpg -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("mesh_shape", [(4,), (2, 2)], ids=lambda s: f"mesh{s}")
+@pytest.mark.parametrize("mesh_shape", [(4,), (2, 2)], ids=mesh_id)
 def test_every_pair_matches_reference_and_planner_bytes(mesh_shape):
     sweep(mesh_shape, make_cases(mesh_shape))
 
@@ -131,7 +80,7 @@ def test_every_pair_on_mesh_2x4_all_shapes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mesh_shape", [(4,), (2, 2), (2, 4)], ids=lambda s: f"mesh{s}")
+@pytest.mark.parametrize("mesh_shape", [(4,), (2, 2), (2, 4)], ids=mesh_id)
 def test_every_pair_with_avg_and_min(mesh_shape):
     # P(avg) brings local_scale steps and ReduceOp.AVG; P(min) the other identity.
     per_dim = (Shard(0), Shard(1), Replicate(), Partial("avg"), Partial("min"))
