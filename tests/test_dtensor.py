@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simpg
+from tests.support.cases import soundness_test
 from tests.support.mesh_world import run_on_mesh as _in_world
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from dtensor import api, fallback_policy
@@ -229,16 +230,14 @@ def test_item_reads_the_whole_value_without_the_fallback():
     assert _in_world((2,), body) == [(6.0, 3.0, True, 3.0)] * 2
 
 
+test_fill_and_zero_rules_are_sound = soundness_test(
+    [(torch.ops.aten.fill_.Scalar, (torch.ones(5, 3), 2.5)),
+     (torch.ops.aten.zero_.default, (torch.ones(5, 3),))], meshes=[(2,), (3,), (2, 2)])
+
+
 @pytest.mark.parametrize("placements", [[Shard(0)], [Replicate()], [Partial("max")],
                                         [Partial()]], ids=str)
 def test_fill_and_zero_keep_placements_where_the_value_allows(placements):
-    from dtensor.ops.soundness import check_op
-
-    aten = torch.ops.aten
-    for mesh_shape in ((2,), (3,), (2, 2)):
-        assert check_op(aten.fill_.Scalar, (torch.ones(5, 3), 2.5), {}, mesh_shape) == []
-        assert check_op(aten.zero_.default, (torch.ones(5, 3),), {}, mesh_shape) == []
-
     def body(mesh):
         x = DTensor.from_local(torch.ones(3, 2), mesh, placements).clone()
         with fallback_policy("error"):
