@@ -9,10 +9,10 @@ is traced; its bytes received are summed over all ranks (and the largest rank is
 result is checked (``full_tensor()`` against the original; a Partial result after
 redistributing to Replicate): a wrong result is counted as "wrong", not as a figure.
 
-The bound is our planner's ``plan_bytes``. tests/test_planner.py checks on these meshes and
-shapes that it equals the cheapest sequence that brute force finds over every step kind
-(all_gather, all_to_all, all_reduce, reduce_scatter, local) on every group of mesh dims, under
-the ring cost model that simpg's trace also uses. --quick runs only mesh (2, 4) x (7, 5).
+The bound is our planner's ``plan_bytes``. tests/redistribute/test_planner.py checks on these
+meshes and shapes that it equals the cheapest sequence that brute force finds over every step
+kind (all_gather, all_to_all, all_reduce, reduce_scatter, local) on every group of mesh dims,
+under the ring cost model that simpg's trace also uses. --quick runs only mesh (2, 4) x (7, 5).
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def main() -> None:
               f"{datetime.datetime.now().isoformat(timespec='seconds')}; float32, bytes "
               f"received summed over ranks (simpg trace, ring algorithms)")
         print("bound = our planner's plan_bytes, equal to the brute-force minimum over step "
-              "sequences on these meshes (tests/test_planner.py)\n")
+              "sequences on these meshes (tests/redistribute/test_planner.py)\n")
         print("| mesh | shape | " + " | ".join(COLUMNS) + " |")
         print("|" + "---|" * (len(COLUMNS) + 2))
         for mesh_s, shape_s, t in table + [("total", "", totals)]:

@@ -9,8 +9,8 @@ The list is derived, not written by hand: every ``benchmarks/*.py`` that calls
 ``write_readme(...)`` (the block's name is the call's first argument: a string, or
 ``"a" if args.flag else "b"``, where ``--flag`` selects block ``a``), in file-name order, then
 the op-coverage block that ``opdb_tests.coverage`` writes (its name and command are
-``opdb_tests.coverage_readme``'s). ``tests/test_bench_run_all.py`` checks that the list covers
-every block of README.md.
+``opdb_tests.coverage_readme``'s). ``tests/benchmarks/test_run_all.py`` checks that the list
+covers every block of README.md.
 
 Each block is rerun with the command its README begin marker records (how its figures were
 made: ``bench_opdb.py --ops 2000``, ``bench_checkpoint.py --repeat 5``, ...); ``--quick`` adds
