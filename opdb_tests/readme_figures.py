@@ -7,7 +7,7 @@ A block sits between two marker comments::
     <!-- generated:NAME end -->
 
 The checksum is over the block's text, so an edit by hand (a figure typed over) no longer
-matches it and ``tests/test_readme_figures.py`` fails; rerunning COMMAND rewrites the block.
+matches it and ``tests/docs/test_readme_figures.py`` fails; rerunning COMMAND rewrites the block.
 
 >>> text = "a\\n<!-- generated:x begin -->\\nold\\n<!-- generated:x end -->\\nb\\n"
 >>> print(replace_block(text, "x", "new", "make x").split("\\n")[2])

@@ -19,7 +19,7 @@ graph node, in graph order). ``EagerPlan.apply(module, mesh)`` makes them real:
   (``follow=False``) propagation chooses every intermediate op by op, and the step moved
   1.65x to 9.68x the plan's bytes (weight gradients left Partial and all-reduced whole
   where the plan reduce-scattered activations); with it, the plan's bytes
-  (``tests/test_graph_eager.py``, ``benchmarks/bench_graph.py``).
+  (``tests/graph/test_eager.py``, ``benchmarks/bench_graph.py``).
 
 Why not ``ColwiseParallel`` / ``RowwiseParallel`` / ``SequenceParallel`` + ``fully_shard``:
 inferred plans are not made of them. The bench Llama's plan shards the attention and MLP

@@ -58,8 +58,8 @@ waited at the end of the backward. Memory: a module holds gathered parameters fr
 prefetch until its own free, so at most the computing module and those prefetched at once.
 
 What overlaps where. simpg completes a collective when its last rank issues it, so on simpg
-only the order changes (tests/test_fsdp_prefetch.py checks it through each record's per-rank
-issue time). dtensor.comm issues every collective with ``async_op=True`` and waits at once
+only the order changes (tests/parallel/test_fsdp_prefetch.py checks it through each record's
+per-rank issue time). dtensor.comm issues every collective with ``async_op=True`` and waits at once
 unless asked not to; prefetch asks. On NCCL an issued collective runs on the group's NCCL
 stream after the work already queued on the current stream, and ``wait()`` makes the
 current stream (not the CPU) wait for it. So a gather issued before a module's compute is

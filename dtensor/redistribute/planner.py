@@ -284,7 +284,8 @@ def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
 # search for that one pair would (edges in _edges' order, ties broken by push order, a state
 # expanded once when first popped), and a fresh search stops at the first pop of its target,
 # which is the resumed search's first pop of it too: the plans are the pair search's, step
-# for step (tests/test_planner.py checks both against each other and against brute force).
+# for step (tests/redistribute/test_planner.py checks both against each other and against brute
+# force).
 
 
 @lru_cache(maxsize=256)  # a few hundred kB at most each; a sweep's op reuses its own
