@@ -1,1 +1,1 @@
-"""Tests of dtensor.decompositions: ops computed from others on DTensors (random ops)."""
+"""Tests of dtensor.decompositions: ops computed from others on DTensors (norms, random ops)."""
