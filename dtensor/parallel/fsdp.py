@@ -4,33 +4,35 @@ all-reduced).
 
 Note [fully_shard layout]
 A parameter of a fully sharded module is one DTensor over the mesh that the data-parallel
-mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(d)`` on the
+mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(0)`` on the
 dp dim, the parameter's placements on the others, e.g. ``[Shard(0), Shard(1)]`` on a
 ``dp x tp`` mesh for a row-wise weight. That is all it stores, and what the optimizer steps:
 parameter, gradient and optimizer state each take about 1/dp of the replicated bytes.
-``d`` is the first dim that tensor parallelism leaves whole (0 unless tp shards dim 0, so a
-column-wise weight is ``[Shard(1), Shard(0)]``): then each tp rank's piece is cut by dp on
-its own, and the gather is one all-gather over dp. ``[Shard(0), Shard(0)]`` would cut dim 0
-by dp first and by tp inside each dp chunk, so a tp rank's piece is spread over dp ranks'
-chunks and gathering it needs an all-to-all over the whole mesh first (torch's FSDP2 keeps
-dim 0 and adds a strided placement to express the other nesting). Only a 1-d parameter
-sharded by tp (a column-wise bias) nests: Note [nested dp inside tp].
+dp cuts dim 0 (torch's FSDP2 does too): each dp rank's piece is then a block of rows of this
+rank's gathered piece, contiguous in its memory, so the all-gather's buffer is the gathered
+piece and the reduce-scatter's input is the gradient itself, no reordering copy either way
+(Note [copy-out in one kernel] in fsdp_comm). When tp shards dim 0 too (a column-wise weight,
+a vocab-sharded embedding, a column-wise bias), dp cuts inside each tp piece: Note [nested dp
+inside tp]. (Cutting the first dim tp leaves whole instead, dim 1 of a column-wise weight,
+also gathers over dp alone, but its pieces are column blocks: one reordering copy more each
+way, a gradient-sized buffer held at the reduce-scatter.)
 
 Note [nested dp inside tp]
-A 1-d parameter sharded by tp (a column-wise bias, ``Shard(0)`` on tp) leaves no dim whole,
-so dp must cut dim 0 too. On the mesh ``(dp, tp)`` that is ``[Shard(0), Shard(0)]``: dp cuts
-first, so tp rank t's piece is spread over several tp ranks' stores and no all-gather over
-dp alone rebuilds it. We store it instead on the same ranks with the dp dim last, the
-sub-mesh ``mesh['tp', 'dp']`` (dims moved, no new group: its dim groups are the root's),
-as ``[Shard(0), Shard(0)]`` there: tp cuts first, dp cuts each tp piece, which is torch's
-``[_StridedShard(0, split_factor=tp), Shard(0)]`` on ``(dp, tp)`` said with placements we
-have. Every dp peer's piece then lies inside this rank's tp piece, so the parameter rides the
-module's one all-gather and one reduce-scatter (Note [one collective per module] groups by
-process group, not by mesh object). The stored DTensor is an ordinary one on that mesh:
-``full_tensor``, checkpoints and the optimizer's foreach ops (split by mesh) see the true
-values. Ops that join tensors of two meshes (``clip_grad_norm_``'s stack of per-parameter
-norms) see two meshes, as they would for any two. Needs a mesh with dim names; without them
-the parameter keeps ``[Shard(0), Shard(0)]`` on the root and is gathered on its own.
+A parameter whose dim 0 tp shards (``Shard(0)`` on tp) has dp cut dim 0 too. On the mesh
+``(dp, tp)`` that is ``[Shard(0), Shard(0)]``: dp cuts first, so tp rank t's piece is
+spread over several tp ranks' stores and no all-gather over dp alone rebuilds it. We store it
+instead on the same ranks with the dp dim last, the sub-mesh ``mesh['tp', 'dp']`` (dims
+moved, no new group: its dim groups are the root's), as ``[Shard(0), Shard(0)]`` there: tp
+cuts first, dp cuts each tp piece, which is torch's ``[_StridedShard(0, split_factor=tp),
+Shard(0)]`` on ``(dp, tp)`` said with placements we have. Every dp peer's piece then lies
+inside this rank's tp piece, a block of its rows, so the parameter rides the module's one
+all-gather and one reduce-scatter (Note [one collective per module] groups by process group,
+not by mesh object). The stored DTensor is an ordinary one on that mesh: ``full_tensor``,
+checkpoints and the optimizer's foreach ops (split by mesh) see the true values. Ops that
+join tensors of two meshes (``clip_grad_norm_``'s stack of per-parameter norms) see two
+meshes, as they would for any two. It needs the mesh's dim names to slice by, which any mesh
+a tp mesh and a dp mesh were sliced from has; without them the parameter would keep
+``[Shard(0), Shard(0)]`` on the root and be gathered on its own.
 
 Note [HSDP]
 Given a 2-d mesh, ``fully_shard`` shards over its second dim and replicates over its first
@@ -306,10 +308,10 @@ def _own_parameters(module: nn.Module) -> list[tuple[nn.Module, str, nn.Paramete
 
 def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: DeviceMesh,
                      mode: str, what: str) -> _Managed:
+    root, dp_dims = dp_mesh.root_mesh()
     dp_placement: Placement = Replicate()
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
-        dp_placement = Shard(_dp_shard_dim(param))
-    root, dp_dims = dp_mesh.root_mesh()
+        dp_placement = Shard(0)  # Note [fully_shard layout]
     replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None  # Note [HSDP]
     dp_dim = dp_dims[-1]
     shape = tuple(param.shape)
@@ -346,13 +348,6 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     managed = _Managed(owner, name, stored, mesh, dp_dim, replicate_dim, compute_mesh)
     managed.pieces = pieces_of(managed)
     return managed
-
-
-def _dp_shard_dim(param: torch.Tensor) -> int:
-    """Note [fully_shard layout]: the first dim tensor parallelism leaves whole."""
-    taken = {p.dim for p in param.placements if isinstance(p, Shard)} \
-        if isinstance(param, DTensor) else set()
-    return next((d for d in range(param.dim()) if d not in taken), 0)
 
 
 def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placement,

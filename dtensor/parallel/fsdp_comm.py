@@ -313,8 +313,7 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
                 pending[i] = tuple(spec.placements[k] if k in m.dp_dims else p
                                    for k, p in enumerate(tp))
             else:
-                local = redistribute_local_tensor(local.to(targets[i]), m.mesh, tp,
-                                                  compute_placements(m), spec.shape)
+                local = _cut(local, m, tp)
         ready[i] = local
     has = [i for i, t in enumerate(ready) if t is not None]
     issued = []  # (handle, the group's first parameter, its indices, their shapes)
@@ -361,6 +360,22 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
         return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
 
     return finish
+
+
+def _cut(local: torch.Tensor, m: _Managed, placements: tuple[Placement, ...]) -> torch.Tensor:
+    """A gradient piece in ``placements`` as the gathered layout's piece: where it only cuts
+    (Replicate to Shard over tp: an embedding's gradient, whole over the vocabulary), the
+    view of this rank's box, read by the packing ``cat`` with no copy of its own; else
+    redistributed (a copy)."""
+    target = compute_placements(m)
+    spec = m.param._spec
+    coord = m.mesh.get_coordinate()
+    if coord is None or any(p != q and not (isinstance(p, Replicate) and isinstance(q, Shard))
+                            for p, q in zip(placements, target)):
+        return redistribute_local_tensor(local, m.mesh, placements, target, spec.shape)
+    held = local_box(spec.shape, m.mesh.shape, placements, coord)
+    box = local_box(spec.shape, m.mesh.shape, target, coord)
+    return local[tuple(slice(b0 - h0, b1 - h0) for (b0, b1), (h0, _) in zip(box, held))]
 
 
 def _cat(tensors: Sequence[torch.Tensor], dim: int, dtype: torch.dtype) -> torch.Tensor:
