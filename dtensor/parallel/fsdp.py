@@ -119,6 +119,8 @@ class _State:
     next_in_forward: _State | None = None  # the module whose forward started after this one's
     backward_prefetch: list[_State] | None = None  # None: the previous module in forward order
     prefetched: PendingGather | None = None  # the next forward's gather, issued early
+    # Note [gradient accumulation]: _GatherModule's outputs, joined to the forward's outputs
+    joining: list[torch.Tensor] | None = None
     regathering: PendingGather | None = None  # the backward's regather, issued early
     run: Run | None = None  # shared by the modules of the last forward
 

@@ -274,6 +274,25 @@ def add_grad_pieces(m: _Managed, a: GradPiece | None, b: GradPiece | None) -> Gr
     return a[0] + local.to(a[0].dtype), a[1]
 
 
+def accumulate(m: _Managed, into: GradPiece | None, piece: GradPiece | None,
+               dtype: torch.dtype | None, owned: bool) -> GradPiece | None:
+    """``piece`` added to ``m``'s accumulated gradient ``into`` in place (Note [gradient
+    accumulation]). The first piece becomes the sum, cast to ``dtype``: as it is if ``owned``
+    (no other tensor shares its memory) and contiguous, else a copy."""
+    if piece is None:
+        return into
+    local, placements = piece
+    if into is None:
+        keep = owned and local.is_contiguous() and dtype in (None, local.dtype)
+        return (local if keep else local.to(dtype or local.dtype, copy=True,
+                                            memory_format=torch.contiguous_format)), placements
+    if placements != into[1]:
+        local = redistribute_local_tensor(local, m.mesh, placements, into[1],
+                                          m.param._spec.shape)
+    into[0].add_(local)
+    return into
+
+
 def reduce_scatter_all(ms: Sequence[_Managed],
                        grads: Sequence[GradPiece | None]) -> list[torch.Tensor | None]:
     """Each gradient (this rank's batch's sum) averaged over dp (and the replicas) into the
