@@ -62,7 +62,7 @@ def test_hsdp_trains_like_one_device(mesh_shape):
             torch.testing.assert_close(full[name], p.detach(), msg=name)
         # on the whole mesh; w1 is column-wise under tp: the shard dim cuts its dim 0 inside
         # each tp piece, on the mesh with the shard dim last (Note [nested dp inside tp])
-        assert placements == (((Replicate(), Shard(0), Replicate()), ("rep", "shard", "tp"))
+        assert placements == (((Replicate(), Replicate(), Shard(0)), ("rep", "tp", "shard"))
                               if tp == 1 else
                               ((Replicate(), Shard(0), Shard(0)), ("rep", "tp", "shard")))
         # gathers and reduce-scatters over the shard dim, all-reduces across the replicas

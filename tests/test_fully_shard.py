@@ -76,12 +76,15 @@ def test_data_parallel_training_equals_one_device(mode, mesh_shape):
             wrap(block, mesh["dp"])
         wrap(model, mesh["dp"])
         w1 = model.blocks[0].w1.weight
-        if mode == "shard":  # Note [fully_shard layout]: dp cuts dim 0, inside tp's pieces
-            assert (w1.placements, w1.device_mesh.mesh_dim_names) == (
-                ((Shard(0), Shard(0)), ("tp", "dp")) if tp > 1
-                else ((Shard(0), Replicate()), ("dp", "tp")))
+        # Note [fully_shard layout]: on the mesh with dp last, dp cutting dim 0 inside tp's
+        # pieces; every parameter on that one mesh
+        assert w1.device_mesh.mesh_dim_names == ("tp", "dp")
+        assert len({p.device_mesh for p in model.parameters()}) == 1
+        if mode == "shard":
+            assert w1.placements == ((Shard(0), Shard(0)) if tp > 1
+                                     else (Replicate(), Shard(0)))
         else:
-            assert w1.placements[0] == Replicate()
+            assert w1.placements[1] == Replicate()
         mine = x.chunk(dp)[mesh.get_local_rank("dp")]  # each dp rank: an equal share
         with fallback_policy("error"):
             losses = _train(model, mine, 3)

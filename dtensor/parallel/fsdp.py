@@ -4,9 +4,10 @@ all-reduced).
 
 Note [fully_shard layout]
 A parameter of a fully sharded module is one DTensor over the mesh that the data-parallel
-mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(0)`` on the
-dp dim, the parameter's placements on the others, e.g. ``[Shard(0), Shard(1)]`` on a
-``dp x tp`` mesh for a row-wise weight. That is all it stores, and what the optimizer steps:
+mesh and the parameter's own (tensor-parallel) mesh were both cut from, with the dp dim moved
+last (Note [nested dp inside tp]): ``Shard(0)`` on the dp dim, the parameter's placements on
+the others, e.g. ``[Shard(1), Shard(0)]`` on ``mesh['tp', 'dp']`` for a row-wise weight
+(``Shard(1)`` on tp). That is all it stores, and what the optimizer steps:
 parameter, gradient and optimizer state each take about 1/dp of the replicated bytes.
 dp cuts dim 0 (torch's FSDP2 does too): each dp rank's piece is then a block of rows of this
 rank's gathered piece, contiguous in its memory, so the all-gather's buffer is the gathered
@@ -27,12 +28,14 @@ cuts first, dp cuts each tp piece, which is torch's ``[_StridedShard(0, split_fa
 Shard(0)]`` on ``(dp, tp)`` said with placements we have. Every dp peer's piece then lies
 inside this rank's tp piece, a block of its rows, so the parameter rides the module's one
 all-gather and one reduce-scatter (Note [one collective per module] groups by process group,
-not by mesh object). The stored DTensor is an ordinary one on that mesh: ``full_tensor``,
-checkpoints and the optimizer's foreach ops (split by mesh) see the true values. Ops that
-join tensors of two meshes (``clip_grad_norm_``'s stack of per-parameter norms) see two
-meshes, as they would for any two. It needs the mesh's dim names to slice by, which any mesh
-a tp mesh and a dp mesh were sliced from has; without them the parameter would keep
-``[Shard(0), Shard(0)]`` on the root and be gathered on its own.
+not by mesh object). Every other parameter is stored on that mesh too (a row-wise weight as
+``[Shard(1), Shard(0)]``, a plain one as ``[Replicate(), Shard(0)]``: the same pieces as on
+``(dp, tp)``), so a model's parameters share one mesh, and ops over all of them (the
+optimizer's foreach ops, ``clip_grad_norm_``'s norms and their one all-reduce per mesh dim)
+see one group, as before. The stored DTensor is an ordinary one on that mesh:
+``full_tensor`` and checkpoints see the true values. It needs the mesh's dim names to slice
+by, which any mesh a tp mesh and a dp mesh were sliced from has; without them a parameter
+keeps ``[Shard(0), Shard(0)]`` on the root and is gathered on its own.
 
 Note [HSDP]
 Given a 2-d mesh, ``fully_shard`` shards over its second dim and replicates over its first
@@ -314,8 +317,7 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     dp_placement: Placement = Replicate()
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
         dp_placement = Shard(0)  # Note [fully_shard layout]
-    replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None  # Note [HSDP]
-    dp_dim = dp_dims[-1]
+    dp_dim = dp_dims[-1]  # the shard dim; Note [HSDP]: replicas on the first of two
     shape = tuple(param.shape)
     if not isinstance(param, DTensor):
         # on the mesh dp was cut from, replicated on its other dims: every parameter of a
@@ -323,18 +325,16 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
         mesh, compute_mesh = root, None
         placements: tuple[Placement, ...] = tuple(
             dp_placement if m == dp_dim else Replicate() for m in range(mesh.ndim))
-        source: tuple[Placement, ...] = (Replicate(),) * mesh.ndim
     else:
         compute_mesh = param.device_mesh
         mesh, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name, what)
-        nested = _nested_layout(mesh, placements, dp_dims)
-        if nested is not None:  # Note [nested dp inside tp]
-            mesh, placements, dp_dims = nested
-            replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None
-            dp_dim = dp_dims[-1]
-        tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
-        source = tuple(param.placements[tp_dims.index(m)] if m in tp_dims else Replicate()
-                       for m in range(mesh.ndim))
+    mesh, placements, dp_dims = _dp_last(mesh, placements, dp_dims)  # Note [nested dp inside tp]
+    replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None
+    dp_dim = dp_dims[-1]
+    tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
+    source = tuple(param.placements[tp_dims.index(m)]
+                   if isinstance(param, DTensor) and m in tp_dims else Replicate()
+                   for m in range(mesh.ndim))
     mine = getattr(param, "_local_tensor", param).detach()
     if mine.is_meta:  # Note [meta-device init]: a shape, no values to move
         coord = mesh.get_coordinate()
@@ -381,18 +381,14 @@ def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placemen
     return root, tuple(placements)
 
 
-def _nested_layout(root: DeviceMesh, placements: tuple[Placement, ...],
-                   dp_dims: tuple[int, ...]
-                   ) -> tuple[DeviceMesh, tuple[Placement, ...], tuple[int, ...]] | None:
-    """Note [nested dp inside tp]: for a parameter whose dp shard dim is also sharded by tp,
-    the same placements on ``root`` with the dp shard dim moved last, so dp cuts inside each
-    tp piece; None if no tp dim shards that dim (or the mesh has no names to slice by)."""
+def _dp_last(root: DeviceMesh, placements: tuple[Placement, ...], dp_dims: tuple[int, ...]
+             ) -> tuple[DeviceMesh, tuple[Placement, ...], tuple[int, ...]]:
+    """Note [nested dp inside tp]: the same placements on ``root`` with the dp shard dim
+    moved last, so dp cuts inside each tp piece; ``root`` itself where it already is last or
+    the mesh has no names to slice by."""
     dp_dim = dp_dims[-1]
-    dp_placement = placements[dp_dim]
-    if not isinstance(dp_placement, Shard) or root.mesh_dim_names is None:
-        return None
-    if not any(p == dp_placement for m, p in enumerate(placements) if m not in dp_dims):
-        return None
+    if root.mesh_dim_names is None or dp_dim == root.ndim - 1:
+        return root, placements, dp_dims
     order = [m for m in range(root.ndim) if m != dp_dim] + [dp_dim]
     mesh = root[tuple(root.mesh_dim_names[m] for m in order)]
     return (mesh, tuple(placements[m] for m in order),
