@@ -201,22 +201,24 @@ def issue_gather(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> Pe
 
 # Note [copy-out in one kernel]
 # A module's all-gather brings each dp rank's packed pieces; every gathered parameter is put
-# together from n of them. A copy per piece is n kernels per parameter and gather (n x
-# parameters per module), each a launch on a device and a dispatch on the CPU. When every
-# parameter's pieces are equal chunks in rank order (``Pieces.even``: a size dp divides, the
-# common case) the all-gather fills one (n, S) buffer, row j rank j's packed pieces, and a
-# parameter whose dims before the cut dim are 1 (``Pieces.dense``: dp cuts dim 0) is, viewed
-# as (n, k), the buffer's columns of its pieces: one ``split_with_sizes_copy`` writes all such
-# parameters (torch's FSDP2 copy-out). A parameter cut along a later dim (a column-wise
-# weight under tp: dp cuts dim 1, Note [fully_shard layout]) is one ``cat`` of its n pieces
-# along that dim. Uneven pieces keep the list all-gather (padding would move more bytes) and
-# one ``_foreach_copy_`` of every piece. The copy-in is one ``cat`` into the packed buffer,
-# cast on the way (Note [mixed precision in fully_shard]); a regather writes into the freed
-# storage itself (``wait(into)``), not into a new tensor copied there. The reduce-scatter is
-# the mirror image: one ``cat`` of the gradients viewed as (n, k) (one copy more for a later
-# cut dim) packs its input, cast to reduce_dtype, and its output is cut into views. The
-# one-buffer collectives (all_gather_into_tensor, reduce_scatter_tensor) move the same bytes
-# as the list forms; on NCCL the list forms would copy through a flat buffer themselves.
+# together from n of them. A copy per piece is n kernels per parameter and gather (n x parameters
+# per module), each a launch on a device and a dispatch on the CPU. When every parameter's pieces
+# are equal chunks in rank order (``Pieces.even``: a size dp divides, the common case) the
+# all-gather fills one (n, S) buffer, row j rank j's packed pieces, and a parameter whose dims
+# before the cut dim are 1 (``Pieces.dense``: dp cuts dim 0) is, viewed as (n, k), the buffer's
+# columns of its pieces: one ``split_with_sizes_copy`` writes all such parameters (torch's FSDP2
+# copy-out); ``fully_shard`` cuts dim 0 of every parameter (Note [fully_shard layout]), so that is
+# all of them. A parameter cut along a later dim would be one ``cat`` of its n pieces along that
+# dim. Uneven pieces keep the list all-gather (padding would move more bytes) and one
+# ``_foreach_copy_`` of every piece. The copy-in is one ``cat`` into the packed buffer, cast on the
+# way (Note [mixed precision in fully_shard]); a regather writes into the freed storage itself
+# (``wait(into)``), not into a new tensor copied there. The reduce-scatter is the mirror image: one
+# ``cat`` of the gradients viewed as (n, k) (one copy more for a later cut dim) packs its input,
+# cast to reduce_dtype, and its output is cut into views; a gradient that still holds more than the
+# gathered piece (Replicate over tp, where the parameter is Shard: an embedding's) enters that
+# ``cat`` as a view of its box. The one-buffer collectives (all_gather_into_tensor,
+# reduce_scatter_tensor) move the same bytes as the list forms; on NCCL the list forms would copy
+# through a flat buffer themselves.
 
 def _copy_out_even(rows: torch.Tensor, pieces: Sequence[Pieces],
                    fulls: Sequence[torch.Tensor]) -> None:
