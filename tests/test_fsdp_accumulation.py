@@ -134,3 +134,31 @@ def test_a_gradient_joins_its_sum_as_soon_as_autograd_has_it(mesh_shape):
         assert sums[1] is None  # reduce-scattered into .grad on the last
         for name, g in expected.items():
             torch.testing.assert_close(full[name], g, msg=name)
+
+
+def test_a_module_output_modified_in_place_while_accumulating():
+    """The accumulating path joins the module's outputs to the graph (Note [gradient
+    accumulation]); an in-place op on one afterwards works and the gradients are one
+    device's."""
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    for _ in range(MICRO):
+        h = a(x)
+        h.mul_(2)
+        b(h).sum().backward()
+
+    def body() -> torch.Tensor:
+        mesh = init_device_mesh("cpu", (2,))
+        torch.manual_seed(0)
+        first, second = fully_shard(nn.Linear(4, 4), mesh), fully_shard(nn.Linear(4, 4), mesh)
+        root = fully_shard(nn.Sequential(first, second), mesh)
+        for i in range(MICRO):
+            root.set_requires_gradient_sync(i == MICRO - 1)
+            h = first(x)
+            h.mul_(2)
+            second(h).sum().backward()
+        return first.weight.grad.full_tensor()
+
+    for grad in simpg.run(body, 2):
+        torch.testing.assert_close(grad, a.weight.grad)

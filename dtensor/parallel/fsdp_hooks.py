@@ -193,13 +193,14 @@ def _add_to_sum(state: _State, m: _Managed, leaf: torch.Tensor) -> None:
 
 
 class _Join(torch.autograd.Function):
-    """Note [gradient accumulation]: the module's outputs as they are; ``_GatherModule``'s
-    outputs (the first ``n`` inputs) join the graph here, with no gradient."""
+    """Note [gradient accumulation]: the module's outputs as they are (detached aliases, not
+    views: an in-place op on an output stays allowed); ``_GatherModule``'s outputs (the first
+    ``n`` inputs) join the graph here, with no gradient."""
 
     @staticmethod
     def forward(ctx: Any, n: int, *tensors: torch.Tensor) -> tuple:  # type: ignore[override]
         ctx.n = n
-        return tuple(t.view_as(t) for t in tensors[n:])
+        return tuple(t.detach() for t in tensors[n:])
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
