@@ -113,6 +113,16 @@ class Work(dist.Work):
                     f"waiting for ranks {missing})")
         return self._call.describe()
 
+    def __del__(self) -> None:
+        # a completed slot holds every rank's payload and output; this rank's leave it with
+        # this rank's Work, not with the last rank to drop its own (Note [peak live bytes])
+        slot = self._slot
+        if isinstance(slot, Slot) and slot.done:
+            i = self._call.group_rank
+            slot.calls[i] = None
+            if slot.outputs:
+                slot.outputs[i] = None
+
     def wait(self, timeout: Any = None) -> bool:
         self._unwaited.pop(id(self), None)
         if not self._slot.done:

@@ -131,7 +131,9 @@ def test_hsdp_with_context_and_tensor_parallel():
     args, results, _ = _check_against_one_device(["--mesh", "2x1x2x2", "--batch", "4",
                                                   "--accumulate", "1"] + SMALL)
     assert args.rep_size == 2 and len(results) == 8
-    assert results[0].params[0][1] == "[R, S(1), S(0)]"  # embedding: replicas, dp x cp, tp
+    # embedding on (replicas, tp, dp x cp): tp cuts the vocabulary, dp x cp cuts inside each
+    # tp piece (Note [nested dp inside tp] in dtensor/parallel/fsdp.py)
+    assert results[0].params[0][1] == "[R, S(0), S(0)]"
 
 
 def test_uneven_heads_vocab_and_sequence_pieces_under_context_parallel():

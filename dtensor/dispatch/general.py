@@ -114,6 +114,20 @@ def _foreach_by_mesh(func: Any, args: tuple, kwargs: dict, groups: list[list[int
     return results if returned else None
 
 
+def _describe(DTensor: type, x: Any, tensors: list[torch.Tensor], mesh_ndim: int) -> Any:
+    """``x`` with its tensors as specs (the plan cache's key), appended to ``tensors`` in
+    order. Not a closure in ``_dispatch``: one calling itself is a reference cycle, which kept
+    every op's arguments alive until the cyclic gc ran."""
+    if isinstance(x, torch.Tensor):
+        tensors.append(x)
+        if isinstance(x, DTensor):
+            return x._tspec
+        return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype, (Replicate(),) * mesh_ndim)
+    if type(x) is list or type(x) is tuple:
+        return tuple(_describe(DTensor, v, tensors, mesh_ndim) for v in x)
+    return x
+
+
 def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
               fast_key: tuple | None = None) -> Any:
     if _views_a_normal_tensor(func, args):  # Note [inference mode]; not recorded as fast
@@ -127,19 +141,8 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
     mesh = _first_dtensor(DTensor, args, kwargs)._spec.mesh
     mesh_ndim = mesh.ndim
 
-    def describe(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            tensors.append(x)
-            if isinstance(x, DTensor):
-                return x._tspec
-            return TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype,
-                              (Replicate(),) * mesh_ndim)
-        if type(x) is list or type(x) is tuple:
-            return tuple(describe(v) for v in x)
-        return x
-
-    dargs = tuple(describe(a) for a in args)
-    dkwargs = tuple((k, describe(v)) for k, v in kwargs.items())
+    dargs = tuple(_describe(DTensor, a, tensors, mesh_ndim) for a in args)
+    dkwargs = tuple((k, _describe(DTensor, v, tensors, mesh_ndim)) for k, v in kwargs.items())
     if mesh._coord is None:  # Note [ranks outside the mesh]
         return run_outside(DTensor, func, args, kwargs, dargs, dkwargs, mesh,
                            _return_sources(func))

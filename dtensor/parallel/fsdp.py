@@ -4,33 +4,38 @@ all-reduced).
 
 Note [fully_shard layout]
 A parameter of a fully sharded module is one DTensor over the mesh that the data-parallel
-mesh and the parameter's own (tensor-parallel) mesh were both cut from: ``Shard(d)`` on the
-dp dim, the parameter's placements on the others, e.g. ``[Shard(0), Shard(1)]`` on a
-``dp x tp`` mesh for a row-wise weight. That is all it stores, and what the optimizer steps:
+mesh and the parameter's own (tensor-parallel) mesh were both cut from, with the dp dim moved
+last (Note [nested dp inside tp]): ``Shard(0)`` on the dp dim, the parameter's placements on
+the others, e.g. ``[Shard(1), Shard(0)]`` on ``mesh['tp', 'dp']`` for a row-wise weight
+(``Shard(1)`` on tp). That is all it stores, and what the optimizer steps:
 parameter, gradient and optimizer state each take about 1/dp of the replicated bytes.
-``d`` is the first dim that tensor parallelism leaves whole (0 unless tp shards dim 0, so a
-column-wise weight is ``[Shard(1), Shard(0)]``): then each tp rank's piece is cut by dp on
-its own, and the gather is one all-gather over dp. ``[Shard(0), Shard(0)]`` would cut dim 0
-by dp first and by tp inside each dp chunk, so a tp rank's piece is spread over dp ranks'
-chunks and gathering it needs an all-to-all over the whole mesh first (torch's FSDP2 keeps
-dim 0 and adds a strided placement to express the other nesting). Only a 1-d parameter
-sharded by tp (a column-wise bias) nests: Note [nested dp inside tp].
+dp cuts dim 0 (torch's FSDP2 does too): each dp rank's piece is then a block of rows of this
+rank's gathered piece, contiguous in its memory, so the all-gather's buffer is the gathered
+piece and the reduce-scatter's input is the gradient itself, no reordering copy either way
+(Note [copy-out in one kernel] in fsdp_comm). When tp shards dim 0 too (a column-wise weight,
+a vocab-sharded embedding, a column-wise bias), dp cuts inside each tp piece: Note [nested dp
+inside tp]. (Cutting the first dim tp leaves whole instead, dim 1 of a column-wise weight,
+also gathers over dp alone, but its pieces are column blocks: one reordering copy more each
+way, a gradient-sized buffer held at the reduce-scatter.)
 
 Note [nested dp inside tp]
-A 1-d parameter sharded by tp (a column-wise bias, ``Shard(0)`` on tp) leaves no dim whole,
-so dp must cut dim 0 too. On the mesh ``(dp, tp)`` that is ``[Shard(0), Shard(0)]``: dp cuts
-first, so tp rank t's piece is spread over several tp ranks' stores and no all-gather over
-dp alone rebuilds it. We store it instead on the same ranks with the dp dim last, the
-sub-mesh ``mesh['tp', 'dp']`` (dims moved, no new group: its dim groups are the root's),
-as ``[Shard(0), Shard(0)]`` there: tp cuts first, dp cuts each tp piece, which is torch's
-``[_StridedShard(0, split_factor=tp), Shard(0)]`` on ``(dp, tp)`` said with placements we
-have. Every dp peer's piece then lies inside this rank's tp piece, so the parameter rides the
-module's one all-gather and one reduce-scatter (Note [one collective per module] groups by
-process group, not by mesh object). The stored DTensor is an ordinary one on that mesh:
-``full_tensor``, checkpoints and the optimizer's foreach ops (split by mesh) see the true
-values. Ops that join tensors of two meshes (``clip_grad_norm_``'s stack of per-parameter
-norms) see two meshes, as they would for any two. Needs a mesh with dim names; without them
-the parameter keeps ``[Shard(0), Shard(0)]`` on the root and is gathered on its own.
+A parameter whose dim 0 tp shards (``Shard(0)`` on tp) has dp cut dim 0 too. On the mesh
+``(dp, tp)`` that is ``[Shard(0), Shard(0)]``: dp cuts first, so tp rank t's piece is
+spread over several tp ranks' stores and no all-gather over dp alone rebuilds it. We store it
+instead on the same ranks with the dp dim last, the sub-mesh ``mesh['tp', 'dp']`` (dims
+moved, no new group: its dim groups are the root's), as ``[Shard(0), Shard(0)]`` there: tp
+cuts first, dp cuts each tp piece, which is torch's ``[_StridedShard(0, split_factor=tp),
+Shard(0)]`` on ``(dp, tp)`` said with placements we have. Every dp peer's piece then lies
+inside this rank's tp piece, a block of its rows, so the parameter rides the module's one
+all-gather and one reduce-scatter (Note [one collective per module] groups by process group,
+not by mesh object). Every other parameter is stored on that mesh too (a row-wise weight as
+``[Shard(1), Shard(0)]``, a plain one as ``[Replicate(), Shard(0)]``: the same pieces as on
+``(dp, tp)``), so a model's parameters share one mesh, and ops over all of them (the
+optimizer's foreach ops, ``clip_grad_norm_``'s norms and their one all-reduce per mesh dim)
+see one group, as before. The stored DTensor is an ordinary one on that mesh:
+``full_tensor`` and checkpoints see the true values. It needs the mesh's dim names to slice
+by, which any mesh a tp mesh and a dp mesh were sliced from has; without them a parameter
+keeps ``[Shard(0), Shard(0)]`` on the root and is gathered on its own.
 
 Note [HSDP]
 Given a 2-d mesh, ``fully_shard`` shards over its second dim and replicates over its first
@@ -112,11 +117,13 @@ class _State:
     is_root: bool | None = None  # decided at the first forward (Note [free after forward])
     in_backward: bool = False  # Note [recomputed forward]
     requires_gradient_sync: bool = True  # Note [gradient accumulation]
-    # Note [prefetch]
+    # what to prefetch (Note [prefetch])
     forward_prefetch: list[_State] | None = None  # None: the next module of the last forward
     next_in_forward: _State | None = None  # the module whose forward started after this one's
     backward_prefetch: list[_State] | None = None  # None: the previous module in forward order
     prefetched: PendingGather | None = None  # the next forward's gather, issued early
+    # Note [gradient accumulation]: _GatherModule's outputs, joined to the forward's outputs
+    joining: list[torch.Tensor] | None = None
     regathering: PendingGather | None = None  # the backward's regather, issued early
     run: Run | None = None  # shared by the modules of the last forward
 
@@ -306,12 +313,11 @@ def _own_parameters(module: nn.Module) -> list[tuple[nn.Module, str, nn.Paramete
 
 def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: DeviceMesh,
                      mode: str, what: str) -> _Managed:
+    root, dp_dims = dp_mesh.root_mesh()
     dp_placement: Placement = Replicate()
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
-        dp_placement = Shard(_dp_shard_dim(param))
-    root, dp_dims = dp_mesh.root_mesh()
-    replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None  # Note [HSDP]
-    dp_dim = dp_dims[-1]
+        dp_placement = Shard(0)  # Note [fully_shard layout]
+    dp_dim = dp_dims[-1]  # the shard dim; Note [HSDP]: replicas on the first of two
     shape = tuple(param.shape)
     if not isinstance(param, DTensor):
         # on the mesh dp was cut from, replicated on its other dims: every parameter of a
@@ -319,18 +325,16 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
         mesh, compute_mesh = root, None
         placements: tuple[Placement, ...] = tuple(
             dp_placement if m == dp_dim else Replicate() for m in range(mesh.ndim))
-        source: tuple[Placement, ...] = (Replicate(),) * mesh.ndim
     else:
         compute_mesh = param.device_mesh
         mesh, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name, what)
-        nested = _nested_layout(mesh, placements, dp_dims)
-        if nested is not None:  # Note [nested dp inside tp]
-            mesh, placements, dp_dims = nested
-            replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None
-            dp_dim = dp_dims[-1]
-        tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
-        source = tuple(param.placements[tp_dims.index(m)] if m in tp_dims else Replicate()
-                       for m in range(mesh.ndim))
+    mesh, placements, dp_dims = _dp_last(mesh, placements, dp_dims)  # Note [nested dp inside tp]
+    replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None
+    dp_dim = dp_dims[-1]
+    tp_dims = [m for m in range(mesh.ndim) if m not in dp_dims]
+    source = tuple(param.placements[tp_dims.index(m)]
+                   if isinstance(param, DTensor) and m in tp_dims else Replicate()
+                   for m in range(mesh.ndim))
     mine = getattr(param, "_local_tensor", param).detach()
     if mine.is_meta:  # Note [meta-device init]: a shape, no values to move
         coord = mesh.get_coordinate()
@@ -346,13 +350,6 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     managed = _Managed(owner, name, stored, mesh, dp_dim, replicate_dim, compute_mesh)
     managed.pieces = pieces_of(managed)
     return managed
-
-
-def _dp_shard_dim(param: torch.Tensor) -> int:
-    """Note [fully_shard layout]: the first dim tensor parallelism leaves whole."""
-    taken = {p.dim for p in param.placements if isinstance(p, Shard)} \
-        if isinstance(param, DTensor) else set()
-    return next((d for d in range(param.dim()) if d not in taken), 0)
 
 
 def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placement,
@@ -384,18 +381,14 @@ def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placemen
     return root, tuple(placements)
 
 
-def _nested_layout(root: DeviceMesh, placements: tuple[Placement, ...],
-                   dp_dims: tuple[int, ...]
-                   ) -> tuple[DeviceMesh, tuple[Placement, ...], tuple[int, ...]] | None:
-    """Note [nested dp inside tp]: for a parameter whose dp shard dim is also sharded by tp,
-    the same placements on ``root`` with the dp shard dim moved last, so dp cuts inside each
-    tp piece; None if no tp dim shards that dim (or the mesh has no names to slice by)."""
+def _dp_last(root: DeviceMesh, placements: tuple[Placement, ...], dp_dims: tuple[int, ...]
+             ) -> tuple[DeviceMesh, tuple[Placement, ...], tuple[int, ...]]:
+    """Note [nested dp inside tp]: the same placements on ``root`` with the dp shard dim
+    moved last, so dp cuts inside each tp piece; ``root`` itself where it already is last or
+    the mesh has no names to slice by."""
     dp_dim = dp_dims[-1]
-    dp_placement = placements[dp_dim]
-    if not isinstance(dp_placement, Shard) or root.mesh_dim_names is None:
-        return None
-    if not any(p == dp_placement for m, p in enumerate(placements) if m not in dp_dims):
-        return None
+    if root.mesh_dim_names is None or dp_dim == root.ndim - 1:
+        return root, placements, dp_dims
     order = [m for m in range(root.ndim) if m != dp_dim] + [dp_dim]
     mesh = root[tuple(root.mesh_dim_names[m] for m in order)]
     return (mesh, tuple(placements[m] for m in order),

@@ -201,22 +201,24 @@ def issue_gather(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> Pe
 
 # Note [copy-out in one kernel]
 # A module's all-gather brings each dp rank's packed pieces; every gathered parameter is put
-# together from n of them. A copy per piece is n kernels per parameter and gather (n x
-# parameters per module), each a launch on a device and a dispatch on the CPU. When every
-# parameter's pieces are equal chunks in rank order (``Pieces.even``: a size dp divides, the
-# common case) the all-gather fills one (n, S) buffer, row j rank j's packed pieces, and a
-# parameter whose dims before the cut dim are 1 (``Pieces.dense``: dp cuts dim 0) is, viewed
-# as (n, k), the buffer's columns of its pieces: one ``split_with_sizes_copy`` writes all such
-# parameters (torch's FSDP2 copy-out). A parameter cut along a later dim (a column-wise
-# weight under tp: dp cuts dim 1, Note [fully_shard layout]) is one ``cat`` of its n pieces
-# along that dim. Uneven pieces keep the list all-gather (padding would move more bytes) and
-# one ``_foreach_copy_`` of every piece. The copy-in is one ``cat`` into the packed buffer,
-# cast on the way (Note [mixed precision in fully_shard]); a regather writes into the freed
-# storage itself (``wait(into)``), not into a new tensor copied there. The reduce-scatter is
-# the mirror image: one ``cat`` of the gradients viewed as (n, k) (one copy more for a later
-# cut dim) packs its input, cast to reduce_dtype, and its output is cut into views. The
-# one-buffer collectives (all_gather_into_tensor, reduce_scatter_tensor) move the same bytes
-# as the list forms; on NCCL the list forms would copy through a flat buffer themselves.
+# together from n of them. A copy per piece is n kernels per parameter and gather (n x parameters
+# per module), each a launch on a device and a dispatch on the CPU. When every parameter's pieces
+# are equal chunks in rank order (``Pieces.even``: a size dp divides, the common case) the
+# all-gather fills one (n, S) buffer, row j rank j's packed pieces, and a parameter whose dims
+# before the cut dim are 1 (``Pieces.dense``: dp cuts dim 0) is, viewed as (n, k), the buffer's
+# columns of its pieces: one ``split_with_sizes_copy`` writes all such parameters (torch's FSDP2
+# copy-out); ``fully_shard`` cuts dim 0 of every parameter (Note [fully_shard layout]), so that is
+# all of them. A parameter cut along a later dim would be one ``cat`` of its n pieces along that
+# dim. Uneven pieces keep the list all-gather (padding would move more bytes) and one
+# ``_foreach_copy_`` of every piece. The copy-in is one ``cat`` into the packed buffer, cast on the
+# way (Note [mixed precision in fully_shard]); a regather writes into the freed storage itself
+# (``wait(into)``), not into a new tensor copied there. The reduce-scatter is the mirror image: one
+# ``cat`` of the gradients viewed as (n, k) (one copy more for a later cut dim) packs its input,
+# cast to reduce_dtype, and its output is cut into views; a gradient that still holds more than the
+# gathered piece (Replicate over tp, where the parameter is Shard: an embedding's) enters that
+# ``cat`` as a view of its box. The one-buffer collectives (all_gather_into_tensor,
+# reduce_scatter_tensor) move the same bytes as the list forms; on NCCL the list forms would copy
+# through a flat buffer themselves.
 
 def _copy_out_even(rows: torch.Tensor, pieces: Sequence[Pieces],
                    fulls: Sequence[torch.Tensor]) -> None:
@@ -274,6 +276,25 @@ def add_grad_pieces(m: _Managed, a: GradPiece | None, b: GradPiece | None) -> Gr
     return a[0] + local.to(a[0].dtype), a[1]
 
 
+def accumulate(m: _Managed, into: GradPiece | None, piece: GradPiece | None,
+               dtype: torch.dtype | None, owned: bool) -> GradPiece | None:
+    """``piece`` added to ``m``'s accumulated gradient ``into`` in place (Note [gradient
+    accumulation]). The first piece becomes the sum, cast to ``dtype``: as it is if ``owned``
+    (no other tensor shares its memory) and contiguous, else a copy."""
+    if piece is None:
+        return into
+    local, placements = piece
+    if into is None:
+        keep = owned and local.is_contiguous() and dtype in (None, local.dtype)
+        return (local if keep else local.to(dtype or local.dtype, copy=True,
+                                            memory_format=torch.contiguous_format)), placements
+    if placements != into[1]:
+        local = redistribute_local_tensor(local, m.mesh, placements, into[1],
+                                          m.param._spec.shape)
+    into[0].add_(local)
+    return into
+
+
 def reduce_scatter_all(ms: Sequence[_Managed],
                        grads: Sequence[GradPiece | None]) -> list[torch.Tensor | None]:
     """Each gradient (this rank's batch's sum) averaged over dp (and the replicas) into the
@@ -313,8 +334,7 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
                 pending[i] = tuple(spec.placements[k] if k in m.dp_dims else p
                                    for k, p in enumerate(tp))
             else:
-                local = redistribute_local_tensor(local.to(targets[i]), m.mesh, tp,
-                                                  compute_placements(m), spec.shape)
+                local = _cut(local, m, tp)
         ready[i] = local
     has = [i for i, t in enumerate(ready) if t is not None]
     issued = []  # (handle, the group's first parameter, its indices, their shapes)
@@ -361,6 +381,22 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
         return [None if t is None else t.to(m.param.dtype) for m, t in zip(ms, out)]
 
     return finish
+
+
+def _cut(local: torch.Tensor, m: _Managed, placements: tuple[Placement, ...]) -> torch.Tensor:
+    """A gradient piece in ``placements`` as the gathered layout's piece: where it only cuts
+    (Replicate to Shard over tp: an embedding's gradient, whole over the vocabulary), the
+    view of this rank's box, read by the packing ``cat`` with no copy of its own; else
+    redistributed (a copy)."""
+    target = compute_placements(m)
+    spec = m.param._spec
+    coord = m.mesh.get_coordinate()
+    if coord is None or any(p != q and not (isinstance(p, Replicate) and isinstance(q, Shard))
+                            for p, q in zip(placements, target)):
+        return redistribute_local_tensor(local, m.mesh, placements, target, spec.shape)
+    held = local_box(spec.shape, m.mesh.shape, placements, coord)
+    box = local_box(spec.shape, m.mesh.shape, target, coord)
+    return local[tuple(slice(b0 - h0, b1 - h0) for (b0, b1), (h0, _) in zip(box, held))]
 
 
 def _cat(tensors: Sequence[torch.Tensor], dim: int, dtype: torch.dtype) -> torch.Tensor:

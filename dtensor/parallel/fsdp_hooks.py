@@ -35,7 +35,19 @@ Note [gradient accumulation]
 ``set_requires_gradient_sync(False)`` (torch's name) makes a module's backward keep its
 gradients unreduced, in the gathered layout (in ``reduce_dtype`` when one is set), summed
 over micro-batches; the first backward with sync on adds them to its own and reduce-scatters
-the sum once. ``param.grad`` is untouched until then.
+the sum once. ``param.grad`` is untouched until then. A forward that will accumulate (sync
+off, or sums kept from earlier micro-batches) hands the module each gathered parameter as a
+leaf (detached, sharing its storage) whose post-accumulate-grad hook adds the gradient to the
+parameter's sum in place and drops it: autograd runs a leaf's accumulation as soon as its
+gradient is complete, ahead of every other node (torch's FSDP2 accumulates unsharded
+gradients the same way). Through ``_GatherModule`` instead, each gradient would wait for the
+module's last one beside the sums: the output layer's, computed first in the backward, until
+the root's backward at its very end. The module's outputs pass through ``_Join``, an identity
+that also takes ``_GatherModule``'s outputs, so that node still runs, after the module's
+backward (the leaves' accumulations run first): it frees the gathered parameters and, with
+sync on, reduce-scatters the sums. The first micro-batch takes autograd's accumulated
+gradient as its sum (a copy for a DTensor's piece, which another may share), the later ones
+add in place.
 
 Note [prefetch]
 Torch's names and defaults. Backward, by default: a module's pre-backward hook regathers its
@@ -92,7 +104,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from dtensor.parallel.fsdp_comm import (add_grad_pieces, gather_all, grad_pieces,
+from dtensor.parallel.fsdp_comm import (accumulate, add_grad_pieces, gather_all, grad_pieces,
                                         issue_gather, issue_reduce_scatter)
 from dtensor.parallel.mixed_precision import cast_floating
 from dtensor.spec import DTensorSpec
@@ -158,6 +170,41 @@ class _GatherModule(torch.autograd.Function):
                 run.reducing = (state, finish)
                 torch.autograd.Variable._execution_engine.queue_callback(lambda: _settle(run))
         return out
+
+
+def _accumulates(state: _State) -> bool:
+    """Whether this forward's gradients will be summed over micro-batches."""
+    return torch.is_grad_enabled() and (not state.requires_gradient_sync or any(
+        m.accumulated is not None for m in state.params))
+
+
+def _accumulating_leaf(state: _State, m: _Managed, gathered: torch.Tensor) -> torch.Tensor:
+    """Note [gradient accumulation]: ``gathered`` as a leaf whose gradient goes to the sum."""
+    leaf = gathered.detach().requires_grad_()
+    leaf.register_post_accumulate_grad_hook(lambda p: _add_to_sum(state, m, p))
+    return leaf
+
+
+def _add_to_sum(state: _State, m: _Managed, leaf: torch.Tensor) -> None:
+    grad, leaf.grad = leaf.grad, None
+    with torch.no_grad():
+        m.accumulated = accumulate(m, m.accumulated, grad_pieces([m], [grad])[0],
+                                   state.mp.reduce_dtype, owned=not isinstance(grad, DTensor))
+
+
+class _Join(torch.autograd.Function):
+    """Note [gradient accumulation]: the module's outputs as they are (detached aliases, not
+    views: an in-place op on an output stays allowed); ``_GatherModule``'s outputs (the first
+    ``n`` inputs) join the graph here, with no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, n: int, *tensors: torch.Tensor) -> tuple:  # type: ignore[override]
+        ctx.n = n
+        return tuple(t.detach() for t in tensors[n:])
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
+        return (None,) * (1 + ctx.n) + grads
 
 
 @dataclass(eq=False)
@@ -289,7 +336,11 @@ def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dic
     # them does, as they would
     anchor = torch.empty(0).requires_grad_(any(m.param.requires_grad for m in state.params))
     outs = _GatherModule.apply(state, anchor)
+    # Note [gradient accumulation]: leaves, and _GatherModule's outputs joined after forward
+    state.joining = [g for g in outs if g.requires_grad] if _accumulates(state) else None
     for m, gathered in zip(state.params, outs):
+        if state.joining and gathered.requires_grad:
+            gathered = _accumulating_leaf(state, m, gathered)
         m.owner._parameters[m.name] = gathered
     for target in _forward_targets(state):  # after this module's gather, before its compute
         _prefetch_forward(target)
@@ -384,6 +435,11 @@ def after_forward(state: _State, out: Any) -> Any:
         # the root's backward starts at once: freeing it now would mean gathering again
         for m in state.params:
             _free(m)
+    joining, state.joining = state.joining, None
+    if joining:  # Note [gradient accumulation]
+        joined = dict(zip(map(id, outputs), _Join.apply(len(joining), *joining, *outputs)))
+        out = pytree.tree_map_only(torch.Tensor, lambda t: joined.get(id(t), t), out)
+        outputs = list(joined.values())
     torch.autograd.graph.register_multi_grad_hook(
         outputs, lambda _grads: _before_backward(state), mode="any")
     return out

@@ -39,7 +39,8 @@ def _hsdp_body(mesh_shape: tuple[int, int, int]) -> tuple[list[float], dict, lis
     with fallback_policy("error"):
         losses = train(model, _rows(replicas * shards).chunk(replicas * shards)[dp_rank], 3)
     full = {n: p.full_tensor() for n, p in model.named_parameters()}
-    return losses, full, ops, model.blocks[0].w1.weight.placements
+    w1 = model.blocks[0].w1.weight
+    return losses, full, ops, (w1.placements, w1.device_mesh.mesh_dim_names)
 
 
 @pytest.mark.parametrize("mesh_shape", [(2, 2, 1), (2, 2, 2), (3, 2, 1)],
@@ -56,10 +57,11 @@ def test_hsdp_trains_like_one_device(mesh_shape):
     for losses, full, ops, placements in results:
         for name, p in ref.named_parameters():
             torch.testing.assert_close(full[name], p.detach(), msg=name)
-        # on the whole mesh; w1 is column-wise under tp: dp shards its dim 1 (Note
-        # [fully_shard layout])
-        assert placements == ((Replicate(), Shard(0), Replicate()) if tp == 1
-                              else (Replicate(), Shard(1), Shard(0)))
+        # on the whole mesh; w1 is column-wise under tp: the shard dim cuts its dim 0 inside
+        # each tp piece, on the mesh with the shard dim last (Note [nested dp inside tp])
+        assert placements == (((Replicate(), Replicate(), Shard(0)), ("rep", "tp", "shard"))
+                              if tp == 1 else
+                              ((Replicate(), Shard(0), Shard(0)), ("rep", "tp", "shard")))
         # gathers and reduce-scatters over the shard dim, all-reduces across the replicas
         # (and tp's own all-reduces of activations)
         assert ("all_gather", shards) in ops and ("reduce_scatter", shards) in ops

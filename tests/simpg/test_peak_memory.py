@@ -97,6 +97,21 @@ def test_simpg_data_movement_is_not_the_rank_memory():
     assert _peak(body, 2) == [3 * MiB, 3 * MiB]
 
 
+def test_a_ranks_output_is_freed_with_its_own_work_not_the_last_ranks():
+    # rank 1 still holds its Work of the gather when rank 0 drops its output and its own:
+    # the output stops counting on rank 0 then, as on a real backend
+    def body():
+        x = torch.full((MiB // 4,), float(dist.get_rank()))
+        out = torch.empty(2 * MiB // 4)
+        work = dist.all_gather_single(out, x, async_op=True)
+        work.wait()
+        if dist.get_rank() == 0:
+            del out, work
+            after = _bytes(2 * MiB)  # noqa: F841
+        dist.barrier()  # rank 1's work is alive until here
+    assert _peak(body, 2) == [3 * MiB, 3 * MiB]
+
+
 def test_peak_needs_memory_and_an_ended_block():
     def body():
         with record_step() as rec:
