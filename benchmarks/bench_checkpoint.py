@@ -250,10 +250,8 @@ def evict(directory: str) -> None:
 def _load(side: Side, lib: str, state: dict, path: str) -> float:
     """One load by every rank; its seconds (the world's), figures recorded in ``side``."""
     import simpg
-    from simpg.testing import torch_meshes_per_rank
 
-    with torch_meshes_per_rank():
-        loads = simpg.run(rank_load, math.prod(TARGET_MESH), lib, state, path, timeout=600)
+    loads = simpg.run(rank_load, math.prod(TARGET_MESH), lib, state, path, timeout=600)
     first, last = min(loads, key=lambda r: r[0]), max(loads, key=lambda r: r[1])
     side.read = last[3] - first[2]
     side.self_counted = sum(r[4] for r in loads)
@@ -265,14 +263,12 @@ def run_round(side: Side, args: argparse.Namespace, state: dict, tmp: str, i: in
     """One save and two loads of ``side``'s library (the files as the save left them in the
     page cache, then evicted), appended to its figures."""
     import simpg
-    from simpg.testing import torch_meshes_per_rank
 
     lib = side.lib
     chunk = args.chunk_kib * 1024 if args.chunk_kib else None
     path = os.path.join(tmp, f"{lib}-{i}")
-    with torch_meshes_per_rank():
-        saves = simpg.run(rank_save, math.prod(SOURCE_MESH), lib, state, path, chunk,
-                          timeout=600)
+    saves = simpg.run(rank_save, math.prod(SOURCE_MESH), lib, state, path, chunk,
+                      timeout=600)
     side.save_s.append(max(e for _, e in saves) - min(s for s, _ in saves))
     where = os.path.realpath(path)
     side.load_s.append(_load(side, lib, state, path))

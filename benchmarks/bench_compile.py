@@ -8,9 +8,9 @@ the first layer and ``RowwiseParallel`` on the second, ours from ``dtensor.paral
 torch's from ``torch.distributed.tensor.parallel``, the same weights and batch. A step is
 forward, a mean-square loss, backward and an SGD update. Each library runs it eagerly and
 compiled (``torch.compile(model, backend=..., dynamic=False)``; the optimizer stays eager).
-Both libraries live in one simpg world per mode (torch's ranks with per-rank meshes,
-``torch_meshes_per_rank``) and their steps alternate, so that the load of a shared machine
-falls on both alike.
+Both libraries live in one simpg world per mode (torch's ranks with per-rank meshes:
+Note [per-rank process state] in simpg/isolation.py) and their steps alternate, so that the
+load of a shared machine falls on both alike.
 
 Figures: ``compile s`` is the first step (tracing and compiling, all ranks: dynamo's lock
 makes the ranks compile one at a time); ``step ms`` is the median wall time of the later
@@ -36,7 +36,6 @@ if str(ROOT) not in sys.path:
 
 import simpg  # noqa: E402
 from benchmarks import conditions  # noqa: E402
-from simpg.testing import torch_meshes_per_rank  # noqa: E402
 
 LIBS = ("ours", "torch")
 
@@ -132,8 +131,7 @@ def rank_body(compiled: bool, args: argparse.Namespace) -> dict[str, tuple[list,
 
 def measure(compiled: bool, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     torch._dynamo.reset()  # no graph of another run: each compiles from nothing
-    with torch_meshes_per_rank():
-        ranks = simpg.run(rank_body, args.tp, compiled, args, timeout=1800)
+    ranks = simpg.run(rank_body, args.tp, compiled, args, timeout=1800)
     out = {}
     for lib in LIBS:
         steps = [max(r[lib][1][i] for r in ranks) for i in range(args.steps)]  # slowest rank

@@ -35,7 +35,6 @@ from torch.distributed.device_mesh import init_device_mesh as torch_init_device_
 import dtensor
 from dtensor import redistribute
 import simpg
-from simpg.testing import torch_meshes_per_rank
 
 from opdb_tests import readme_figures
 
@@ -175,11 +174,11 @@ def rank_body(lib: str, mesh_shape: tuple[int, ...], shape: tuple[int, ...],
 def measure(lib: str, mesh_shape: tuple[int, ...], shape: tuple[int, ...],
             pairs: list[Pair]) -> list[Outcome]:
     """Every pair, in one world, its outcome folded over the ranks."""
-    # Note [torch meshes per rank] in simpg.testing: without it torch's process-wide
-    # redistribute caches hand every simulated rank the first rank's plan (wrong pieces)
-    with torch_meshes_per_rank():
-        per_rank = simpg.run(rank_body, math.prod(mesh_shape), lib, mesh_shape, shape, pairs,
-                             timeout=120)
+    # simpg gives each rank's torch mesh its own identity (Note [per-rank process state] in
+    # simpg/isolation.py): else torch's process-wide redistribute caches would hand every
+    # simulated rank the first rank's plan (wrong pieces)
+    per_rank = simpg.run(rank_body, math.prod(mesh_shape), lib, mesh_shape, shape, pairs,
+                         timeout=120)
     folded = [fold(outs) for outs in zip(*per_rank)]
     # torch keeps state across an aborted pair (unwaited collectives): after an abort, the
     # pair and the next one are measured again, each alone in a fresh world

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_scale.py [--quick] [--write-readme]
 
 For each world size (2 to 64 ranks, a 1-D mesh) one simpg world runs both libraries side by
-side: every rank builds our mesh and torch's (fresh per rank: Note [torch meshes per rank] in
-simpg.testing), then times ``redistribute`` for S(0)->R, R->S(0), S(0)->S(1) and P(sum)->R on
+side: every rank builds our mesh and torch's (fresh per rank: Note [per-rank process state] in
+simpg/isolation.py), then times ``redistribute`` for S(0)->R, R->S(0), S(0)->S(1) and P(sum)->R on
 a 64x64 float32 tensor and a larger one. Times are µs per call on rank 0, best of several
 rounds (a redistribute is a collective: a call's time includes every rank's turn, so it is the
 world's time, on this machine's cores). Ours and torch's alternate round by round, so a burst
@@ -33,7 +33,6 @@ from torch.distributed.device_mesh import init_device_mesh as torch_init_device_
 
 import dtensor
 import simpg
-from simpg.testing import torch_meshes_per_rank
 
 from opdb_tests import readme_figures
 
@@ -128,8 +127,7 @@ def rank_body(shapes: Sequence[tuple[int, int]], quick: bool,
 def measure_rounds(world_size: int, shapes: Sequence[tuple[int, int]], quick: bool,
                    repeat: tuple[int, int] | None = None) -> Rounds:
     """Rank 0's round times (µs per call) of every case."""
-    with torch_meshes_per_rank():
-        return simpg.run(rank_body, world_size, shapes, quick, repeat, timeout=600)[0]
+    return simpg.run(rank_body, world_size, shapes, quick, repeat, timeout=600)[0]
 
 
 def measure(world_size: int, shapes: Sequence[tuple[int, int]], quick: bool,

@@ -467,11 +467,9 @@ def run_side(lib: str, args: argparse.Namespace, config: str) -> Side:
     else:
         shape = (args.dp_size, args.tp_size) if config == FULL else (1, args.tp_size)
     side = Side(lib, config, shape)
-    from simpg.testing import torch_meshes_per_rank
 
-    # each rank's torch mesh its own identity (Note [torch meshes per rank] in simpg.testing)
     loss_parallel = _torch_loss_parallel(lib if config not in FEATURES else "ours")
-    with _attention(lib, args), loss_parallel, torch_meshes_per_rank():
+    with _attention(lib, args), loss_parallel:
         side.ranks = simpg.run(rank_body, math.prod(shape), lib, args, config, True,
                                timeout=600)
     return side

@@ -9,9 +9,9 @@ one process, so three kinds of state would leak between ranks:
 2. process-wide caches keyed by a ``DeviceMesh`` (``_gen_transform_infos``, the redistribute
    planner cache, ``propagate_op_sharding``): torch's meshes compare equal across ranks, and
    some entries hold the rank's mesh coordinate. A mesh built on a simpg rank gets an
-   identity of its own (``simpg.mesh_identity``), a token unique to that rank of that world (``_thread_id``, the field
-   torch's own "threaded" backend sets to the thread id for the same reason; a thread id
-   would be reused by the next world's threads, a token is not);
+   identity of its own (``simpg.mesh_identity``), a token unique to that rank of that world
+   (``_thread_id``, the field torch's own "threaded" backend sets to the thread id for the
+   same reason; a thread id would be reused by the next world's threads, a token is not);
 3. process-wide switches (below, ``SWITCHES``): since ranks run one at a time
    (Note [one rank runs at a time]), each rank's values are saved when it gives the CPU away
    and restored when it takes it back, as torch's CPU RNG state is. A rank starts with the

@@ -28,15 +28,13 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import importlib
 import sys
-import threading
 import unittest
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
@@ -58,7 +56,6 @@ __all__ = [
     "DTensorTestBase",
     "skip_if_lt_x_gpu",
     "skip_unless_torch_gpu",
-    "torch_meshes_per_rank",
     "with_comms",
 ]
 
@@ -95,36 +92,6 @@ def _fresh_torch_caches() -> None:
     prop = mods.get("torch.distributed.tensor._sharding_prop")
     if prop is not None:
         prop.ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
-
-
-@contextlib.contextmanager
-def _torch_meshes_per_rank() -> Iterator[None]:
-    """Note [torch meshes per rank]: torch's DeviceMesh equals any mesh of the same ranks and
-    shape unless its ``_thread_id`` differs, which torch sets only on its "threaded" backend.
-    On simpg the ranks' meshes would compare equal, so torch's process-wide redistribute caches
-    (``_gen_transform_infos``, the planner cache) would hand every rank the plan, and the
-    mesh coordinate, of the rank that came first: wrong pieces for uneven shards on 2-d meshes.
-    While a test runs, a mesh built on a simpg rank records its thread, as on "threaded"."""
-    from torch.distributed.device_mesh import DeviceMesh
-
-    original = DeviceMesh.__init__
-
-    @functools.wraps(original)
-    def init(mesh: Any, *args: Any, **kwargs: Any) -> None:
-        original(mesh, *args, **kwargs)
-        if getattr(mesh, "_thread_id", None) is None and rank_context.get() is not None:
-            mesh._thread_id = threading.get_ident()
-            mesh._hash = None  # computed lazily from _thread_id too
-
-    DeviceMesh.__init__ = init  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        DeviceMesh.__init__ = original  # type: ignore[method-assign]
-
-
-# public: benchmarks comparing with torch's DTensor on simpg need it too
-torch_meshes_per_rank = _torch_meshes_per_rank
 
 
 def _reset_torch_rng_tracker() -> None:
@@ -369,7 +336,7 @@ class DTensorTestBase(unittest.TestCase):
         try:
             # warnings.catch_warnings inside the ranks (torch's @suppress_warnings) interleave
             # at collectives and restore each other's filters: the caller gets its own back
-            with _torch_meshes_per_rank(), warnings.catch_warnings():
+            with warnings.catch_warnings():
                 if self.class_world:
                     _kept_world(self).run_on_ranks(rank_body)
                 else:

@@ -19,7 +19,6 @@ import dtensor
 import dtensor.checkpoint as dcp
 import simpg
 from dtensor import Replicate, Shard
-from simpg.testing import torch_meshes_per_rank
 
 W = torch.randn(7, 5, generator=torch.Generator().manual_seed(0))
 B = torch.arange(6.0)
@@ -32,8 +31,7 @@ def _torch_save(path: str) -> None:
                            "b": torch_distribute(B, mesh, [TR(), TS(0)])},
                  "step": torch.tensor(3.0), "lr": 0.25}
         torch_dcp.save(state, checkpoint_id=path)
-    with torch_meshes_per_rank():
-        simpg.run(body, 4)
+    simpg.run(body, 4)
 
 
 def test_a_dcp_checkpoint_loads_into_our_dtensors_in_another_layout(tmp_path):
@@ -100,9 +98,8 @@ def test_ours_loads_into_torch_dtensors_which_dcp_can_then_save(tmp_path):
         return state["w"].full_tensor(), state["b"].full_tensor()
 
     simpg.run(save_ours, 8)
-    with torch_meshes_per_rank():
-        for w, b in simpg.run(into_torch, 4):
-            assert torch.equal(w, W) and torch.equal(b, B)
+    for w, b in simpg.run(into_torch, 4):
+        assert torch.equal(w, W) and torch.equal(b, B)
     plain = {"w": torch.zeros(7, 5), "b": torch.zeros(6)}
     with warnings.catch_warnings():  # DCP says it assumes one process, which is the case
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)

@@ -11,7 +11,6 @@ import torch
 import simpg
 from dtensor import Replicate, Shard, fallback_policy, init_device_mesh
 from dtensor.parallel import fully_shard
-from simpg.testing import torch_meshes_per_rank
 from tests.support.dropin_world import fresh_torch_caches
 from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
 
@@ -108,8 +107,7 @@ def _both_libraries(lib: str, accumulate: bool) -> tuple[dict, list]:
 @pytest.mark.filterwarnings("ignore:FSDP2-wrapped module")
 @pytest.mark.parametrize("accumulate", [False, True], ids=["plain", "accumulate"])
 def test_hsdp_matches_torch_fsdp2_with_its_collectives_and_at_most_its_bytes(accumulate):
-    with torch_meshes_per_rank():
-        theirs = simpg.run(_both_libraries, 4, "torch", accumulate)
+    theirs = simpg.run(_both_libraries, 4, "torch", accumulate)
     ours = simpg.run(_both_libraries, 4, "ours", accumulate)
     for (o_params, o_records), (t_params, t_records) in zip(ours, theirs):
         for name, p in t_params.items():

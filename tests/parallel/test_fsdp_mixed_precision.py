@@ -13,7 +13,6 @@ from torch import nn
 import simpg
 from dtensor import init_device_mesh
 from dtensor.parallel import FullyShardError, MixedPrecisionPolicy, fully_shard
-from simpg.testing import torch_meshes_per_rank
 from tests.support.dropin_world import fresh_torch_caches
 from tests.support.fsdp_net import Net
 
@@ -78,8 +77,7 @@ def _train(lib: str, dp: int, policy: dict[str, Any], micro: int = 1) -> dict[st
 ], ids=["bf16-reduce-f32", "bf16", "bf16-output-f32"])
 @pytest.mark.parametrize("dp, micro", [(2, 1), (4, 2)], ids=["dp2", "dp4-uneven-accumulate2"])
 def test_mixed_precision_matches_torch_fsdp2(policy, dp, micro):
-    with torch_meshes_per_rank():
-        theirs = simpg.run(_train, dp, "torch", dp, policy, micro)
+    theirs = simpg.run(_train, dp, "torch", dp, policy, micro)
     ours = simpg.run(_train, dp, "ours", dp, policy, micro)
     for o, t in zip(ours, theirs):
         assert o["seen"] == t["seen"] == {

@@ -282,8 +282,7 @@ def test_dtensor_local_kernels_are_recorded_with_local_shapes(lib):
         return [e.flops for e in tl.events if isinstance(e, Compute) and e.flops], [
             r.op for r in tl.records]
 
-    with simpg.testing.torch_meshes_per_rank():
-        results = simpg.run(body, 2)
+    results = simpg.run(body, 2)
     for flops, ops in results:
         assert flops == [2 * 4 * 4 * 6]  # the local (4, 4) @ (4, 6), once
         assert len(ops) == 1 and "all_gather" in ops[0]

@@ -1,1 +1,1 @@
-"""What many tests share: simulated worlds and meshes, the gloo program runner, benchmark loading."""
+"""What many tests share: simulated worlds and meshes, the gloo program runner, cases."""
