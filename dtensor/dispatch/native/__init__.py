@@ -44,7 +44,8 @@ def _load() -> ModuleType | None:
         return None
     path = _build.built_library()
     if not path.exists():
-        REASON = f"not built ({path} is missing; run scripts/setup.sh)"
+        REASON = (f"not built ({path} is missing): build it with `python -m "
+                  "dtensor.dispatch.native.build` (scripts/setup.sh does)")
         return None
     loader = importlib.machinery.ExtensionFileLoader(_build.NAME, str(path))
     spec = importlib.util.spec_from_file_location(_build.NAME, str(path), loader=loader)
@@ -55,7 +56,8 @@ def _load() -> ModuleType | None:
         REASON = f"failed to load {path}: {e}"
         return None
     if module.SOURCE_HASH != _build.source_hash():
-        REASON = f"stale ({path} was built from other sources; run scripts/setup.sh)"
+        REASON = (f"stale ({path} was built from other sources): rebuild it with `python -m "
+                  "dtensor.dispatch.native.build` (scripts/setup.sh does)")
         return None
     return module
 
