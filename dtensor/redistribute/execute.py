@@ -2,7 +2,7 @@
 
 ``redistribute_local_tensor`` asks ``planner.plan`` for the steps and compiles each, through
 ``COMPILERS`` keyed by step kind, into a function of the tensor alone (Note [compiled plans]).
-Each compiler mirrors its counterpart in ``local_redistribute`` (the reference over all ranks'
+Each compiler mirrors its counterpart in ``reference`` (the reference over all ranks'
 locals) for one rank: the pieces come from ``dtensor.layout`` and nowhere else, and
 collectives go through ``dtensor.comm``'s prepared collectives on the group
 ``mesh.group_for(step.mesh_dims)``, whose group ranks are ``layout.mesh_groups`` order. Local
@@ -207,7 +207,7 @@ def _compile(mesh: DeviceMesh, src: tuple, dst: tuple, global_shape: tuple[int, 
 
 
 # ---------------------------------------------------------------------------------------------
-# One compiler per step kind; each mirrors local_redistribute's function of the same kind and
+# One compiler per step kind; each mirrors reference.py's function of the same kind and
 # returns the step as a function of this rank's piece.
 
 Runner = Callable[[torch.Tensor], Handle[torch.Tensor]]

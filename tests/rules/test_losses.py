@@ -80,7 +80,7 @@ def _class_sharded_cases():
     return cases
 
 
-# local_redistribute.unshard compares replicas with torch.equal, so NaN replicas (the mean
+# redistribute.reference.unshard compares replicas with torch.equal, so NaN replicas (the mean
 # of an empty tensor) "disagree"; reported as a harness bug
 
 
