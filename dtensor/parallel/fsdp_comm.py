@@ -327,10 +327,13 @@ def issue_reduce_scatter(ms: Sequence[_Managed], grads: Sequence[GradPiece | Non
                                                spec.placements, spec.shape)
             continue
         if tp != compute_placements(m):
-            # a Partial over tp (a replicated weight used on sequence shards) commutes with
-            # the dp average: reduce over dp first, then over tp on the 1/dp piece
+            # a Partial over tp of a weight replicated over tp (used on sequence shards)
+            # commutes with the dp average: reduce over dp first, then over tp on the 1/dp
+            # piece. Not where tp shards it: dp's pieces lie inside the tp piece there (Note
+            # [nested dp inside tp]), so the gradient is cut to it first (_cut)
             if any(isinstance(p, Partial) for p in tp) and all(
-                    p == q or isinstance(p, Partial) for p, q in zip(tp, compute_placements(m))):
+                    p == q or (isinstance(p, Partial) and isinstance(q, Replicate))
+                    for p, q in zip(tp, compute_placements(m))):
                 pending[i] = tuple(spec.placements[k] if k in m.dp_dims else p
                                    for k, p in enumerate(tp))
             else:
