@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
 from dtensor.foreign import check_dispatch_types
 from dtensor.dispatch.general import _dispatch

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor.placements import Replicate
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides

@@ -9,7 +9,6 @@ from typing import Any, Callable
 
 import torch
 
-import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor.ops.propagate import Decision
 from dtensor.spec import DTensorSpec
 from dtensor.dispatch.decomposition_table import Decomposition

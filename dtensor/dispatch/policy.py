@@ -14,7 +14,6 @@ import contextvars
 from typing import Iterator
 
 
-import dtensor.ops  # noqa: F401  (registers the rules)
 
 
 _POLICIES = ("warn", "silent", "error")
