@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import simpg
 from dtensor import Shard, fallback_policy, init_device_mesh
-from dtensor.parallel import fully_shard
+from dtensor.parallel import ColwiseParallel, fully_shard, parallelize_module
 from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
 
 X = torch.randn(6, 5, 8, generator=torch.Generator().manual_seed(0))
@@ -101,6 +102,52 @@ def test_a_checkpoint_of_nested_biases_loads_on_another_mesh(tmp_path):
     for loaded in simpg.run(loader, 4):
         for name, p in saved.items():
             torch.testing.assert_close(loaded[name], p, msg=name)
+
+
+class _GroupedScores(nn.Module):
+    """Attention scores with grouped keys: 4 query heads, 2 key heads each serving two
+    (llama's repeat_kv). Both projections column-wise over tp split the heads; the matmul
+    against the expanded keys leaves the query weight's gradient Partial over tp while the
+    weight is Shard(0) on tp (before cc8a5aa: "redistribute [P(sum),S(0)]->[S(0),S(0)] of
+    (8, 8) ... holds shape (2, 8), expected (4, 8)")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wq = nn.Linear(8, 8, bias=False)
+        self.wk = nn.Linear(8, 4, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, 4, 2).transpose(1, 2)
+        k = self.wk(x).view(b, s, 2, 1, 2).expand(b, s, 2, 2, 2).reshape(b, s, 4, 2)
+        return q @ k.transpose(1, 2).transpose(-1, -2)
+
+
+def test_a_tp_sharded_weight_whose_gradient_is_partial_over_tp_trains_as_one_device():
+    """The gradient is cut to its tp piece before the dp reduce-scatter (dp's pieces lie
+    inside it); reducing over dp first took pieces of the whole weight and failed."""
+
+    def body() -> tuple:
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        torch.manual_seed(0)
+        model = _GroupedScores()
+        parallelize_module(model, mesh["tp"], {"wq": ColwiseParallel(use_local_output=False),
+                                               "wk": ColwiseParallel(use_local_output=False)})
+        fully_shard(model, mesh["dp"])
+        mine = X.chunk(2)[mesh.get_local_rank("dp")]
+        losses = train(model, mine, 3)
+        return losses, {n: p.detach().full_tensor() for n, p in model.named_parameters()}
+
+    torch.manual_seed(0)
+    ref = _GroupedScores()
+    ref_losses = train(ref, X, 3)
+    results = simpg.run(body, 4)
+    for step in range(3):
+        mean = sum(r[0][step] for r in results) / len(results)
+        assert mean == pytest.approx(ref_losses[step], rel=1e-5)
+    for name, p in ref.named_parameters():
+        for _, full in results:
+            torch.testing.assert_close(full[name], p.detach(), msg=name)
 
 
 def _rank(mesh_shape: tuple[int, int], prefetch: bool = False) -> tuple:
