@@ -6,6 +6,7 @@ process group (``collectives``: eager and prepared; ``functional``: the traced f
 from dtensor.comm.capabilities import CAPABILITIES, PORTABLE, Capabilities, capabilities
 from dtensor.comm.handles import AsyncCollectiveError, AsyncCollectiveTensor, Handle
 from dtensor.comm.collectives import (Prepared, ReduceOpName, all_gather, all_gather_cat,
+                                      all_gather_in_place,
                                       all_reduce, all_to_all, all_to_all_single,
                                       prepare_all_gather_cat, prepare_all_reduce,
                                       prepare_all_to_all_single, prepare_reduce_scatter_cat,
@@ -14,7 +15,8 @@ from dtensor.comm.collectives import (Prepared, ReduceOpName, all_gather, all_ga
 __all__ = [
     "CAPABILITIES", "PORTABLE", "Capabilities", "capabilities",
     "AsyncCollectiveError", "AsyncCollectiveTensor", "Handle",
-    "Prepared", "ReduceOpName", "all_gather", "all_gather_cat", "all_reduce", "all_to_all",
+    "Prepared", "ReduceOpName", "all_gather", "all_gather_cat", "all_gather_in_place",
+    "all_reduce", "all_to_all",
     "all_to_all_single", "prepare_all_gather_cat", "prepare_all_reduce",
     "prepare_all_to_all_single", "prepare_reduce_scatter_cat", "reduce_scatter",
     "reduce_scatter_cat",

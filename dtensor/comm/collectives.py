@@ -234,6 +234,39 @@ def all_gather_cat(tensor, shapes, dim, group, *, async_op=False):  # noqa: E302
 
 
 @overload
+def all_gather_in_place(buffer: torch.Tensor, group: dist.ProcessGroup, *,
+                        async_op: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def all_gather_in_place(buffer: torch.Tensor, group: dist.ProcessGroup, *,
+                        async_op: Literal[True]) -> Handle[torch.Tensor]: ...
+def all_gather_in_place(buffer, group, *, async_op=False):  # noqa: E302
+    """``buffer`` (contiguous, one row per group rank along dim 0) with every rank's row
+    filled in from that rank: this rank's row, which the caller has written, is the input,
+    so no input buffer lives beside the gathered one (torch FSDP2's all_gather_copy_in does
+    the same).
+
+    >>> import torch, simpg
+    >>> def body():
+    ...     rows = torch.zeros(2, 2)
+    ...     rows[dist.get_rank()] = float(dist.get_rank() + 1)
+    ...     return all_gather_in_place(rows, dist.group.WORLD).tolist()
+    >>> simpg.run(body, 2)[0]
+    [[1.0, 1.0], [2.0, 2.0]]
+    """
+    n = group.size()
+    if buffer.dim() == 0 or buffer.shape[0] != n or not buffer.is_contiguous():
+        raise ValueError(f"all_gather_in_place: got a buffer of shape {tuple(buffer.shape)} "
+                         f"(contiguous: {buffer.is_contiguous()}), expected a contiguous "
+                         f"buffer with one row per rank of the group ({n} rows)")
+    mine = buffer[group.rank()]
+    if _comm_log.get():  # Note [recording collectives] in dtensor/comm/debug_mode.py
+        _note("all_gather", group, (mine,), [tuple(mine.shape)] * n)
+    flat = buffer.view((n * mine.shape[0], *mine.shape[1:]) if mine.dim() else (n,))
+    work = dist.all_gather_single(flat, mine, group=group, async_op=True)
+    return _result(Handle([work], lambda: buffer), async_op)
+
+
+@overload
 def reduce_scatter_cat(tensor: torch.Tensor, sizes: Sequence[int], dim: int,
                        group: dist.ProcessGroup, op: ReduceOpName = ..., *,
                        async_op: Literal[False] = ...) -> torch.Tensor: ...

@@ -174,12 +174,17 @@ def issue_gather(ms: Sequence[_Managed], dtype: torch.dtype | None = None) -> Pe
         sizes = [sum(_numel(ms[i].pieces.shapes[j]) for i in idx) for j in range(n)]
         # copy-in and cast in one op: this rank's pieces packed into one buffer
         locals_ = [ms[i].param._local_tensor.reshape(-1) for i in idx]
-        mine = locals_[0].new_empty(sum(t.numel() for t in locals_), dtype=dtypes[idx[0]])
-        torch.cat(locals_, out=mine)
         even = all(ms[i].pieces.even for i in idx)  # type: ignore[union-attr]
         if even:  # one buffer: the copy-out is one split (Note [copy-out in one kernel])
-            handle = comm.all_gather_cat(mine, [(sizes[0],)] * n, 0, group, async_op=True)
+            # packed straight into this rank's row of the gathered buffer, which the
+            # all-gather fills in place: no separate input buffer while it is in flight
+            rows = locals_[0].new_empty((n, sizes[0]), dtype=dtypes[idx[0]])
+            mine = rows[group.rank()]
+            torch.cat(locals_, out=mine)
+            handle = comm.all_gather_in_place(rows, group, async_op=True)
         else:
+            mine = locals_[0].new_empty(sum(t.numel() for t in locals_), dtype=dtypes[idx[0]])
+            torch.cat(locals_, out=mine)
             handle = comm.all_gather(mine, [(k,) for k in sizes], group, async_op=True)
         issued.append((idx, n, even, mine, handle))
 
