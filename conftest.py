@@ -3,7 +3,11 @@ from its pytest11 entry point, as in any project that installs this package)."""
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, Verbosity, settings
+
+# the shared test helpers assert too: their failures show values, as a test's own asserts do
+pytest.register_assert_rewrite("tests.support")
 
 # torch.testing._internal.common_utils (imported by op_db) registers its own "dev"/"debug"
 # profiles and loads one on import: 10 or 50 draws with every phase, shrinking and the

@@ -20,7 +20,8 @@ from torch import nn
 import simpg
 from dtensor import Shard, fallback_policy, init_device_mesh
 from dtensor.parallel import ColwiseParallel, fully_shard, parallelize_module
-from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
+from tests.support.fsdp_net import (Net, assert_trains_as_one_device, data_parallel_blocks,
+                                    tensor_parallel_blocks, train)
 
 X = torch.randn(6, 5, 8, generator=torch.Generator().manual_seed(0))
 
@@ -67,12 +68,7 @@ def test_training_with_nested_biases_equals_one_device(mesh_shape):
     ref = Net()
     ref_losses = train(ref, X, 3)
     results = simpg.run(_rank, dp * tp, mesh_shape)
-    for step in range(3):
-        mean = sum(r[0][step] for r in results) / len(results)
-        assert mean == pytest.approx(ref_losses[step], rel=1e-5)
-    for name, p in ref.named_parameters():
-        for _, full in results:
-            torch.testing.assert_close(full[name], p.detach(), msg=name)
+    assert_trains_as_one_device(results, ref, ref_losses)
 
 
 def test_a_checkpoint_of_nested_biases_loads_on_another_mesh(tmp_path):
@@ -142,12 +138,7 @@ def test_a_tp_sharded_weight_whose_gradient_is_partial_over_tp_trains_as_one_dev
     ref = _GroupedScores()
     ref_losses = train(ref, X, 3)
     results = simpg.run(body, 4)
-    for step in range(3):
-        mean = sum(r[0][step] for r in results) / len(results)
-        assert mean == pytest.approx(ref_losses[step], rel=1e-5)
-    for name, p in ref.named_parameters():
-        for _, full in results:
-            torch.testing.assert_close(full[name], p.detach(), msg=name)
+    assert_trains_as_one_device(results, ref, ref_losses)
 
 
 def _rank(mesh_shape: tuple[int, int], prefetch: bool = False) -> tuple:

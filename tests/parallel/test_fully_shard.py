@@ -13,7 +13,8 @@ from dtensor import DTensor, Replicate, Shard, fallback_policy, init_device_mesh
 from dtensor.parallel import (ColwiseParallel, FullyShardError, RowwiseParallel, fully_shard,
                               parallelize_module, replicate, state_bytes)
 from dtensor.parallel.fsdp import data_parallel_state
-from tests.support.fsdp_net import Net, data_parallel_blocks, tensor_parallel_blocks, train
+from tests.support.fsdp_net import (Net, assert_trains_as_one_device, data_parallel_blocks,
+                                    tensor_parallel_blocks, train)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -53,11 +54,7 @@ def test_data_parallel_training_equals_one_device(mode, mesh_shape):
         return losses, {n: _full(p.detach()) for n, p in model.named_parameters()}
 
     results = simpg.run(body, dp * tp)
-    for step in range(3):
-        mean = sum(r[0][step] for r in results) / len(results)
-        assert mean == pytest.approx(ref_losses[step], rel=1e-5)
-    for name, p in ref.named_parameters():
-        torch.testing.assert_close(results[0][1][name], p.detach(), msg=name)
+    assert_trains_as_one_device(results, ref, ref_losses)
 
 
 def test_state_bytes_are_about_one_over_dp_and_gathered_parameters_are_freed():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -63,3 +64,16 @@ def train(model: nn.Module, x: torch.Tensor, steps: int) -> list[float]:
         opt.zero_grad()
         losses.append(float(loss.detach()))
     return losses
+
+
+def assert_trains_as_one_device(results: list[tuple[list[float], dict[str, torch.Tensor]]],
+                                ref: nn.Module, ref_losses: list[float]) -> None:
+    """``results``: each rank's (losses on its dp share, full parameters after training).
+    The mean of the ranks' losses is the whole batch's at every step (equal shares), and
+    every rank's parameters equal the one-device model ``ref``'s."""
+    for step, want in enumerate(ref_losses):
+        mean = sum(losses[step] for losses, _ in results) / len(results)
+        assert mean == pytest.approx(want, rel=1e-5), f"step {step}"
+    for name, p in ref.named_parameters():
+        for _, full in results:
+            torch.testing.assert_close(full[name], p.detach(), msg=name)
