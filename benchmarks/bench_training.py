@@ -24,9 +24,9 @@ What it takes to run torch's side here, and what this script does about it:
   causal mask is a plain tensor, which torch refuses to mix with DTensors: torch's ranks
   train under ``implicit_replication()`` (thread-local). Ours runs the default kernel, as
   examples.train does (``--ours-attention math`` runs ours in the math form too).
-- torch's ``loss_parallel()`` adds and removes handlers in one process-wide table: entered
-  by each simulated rank, the first rank to leave pulls them from under the others
-  (KeyError). It is entered once around torch's whole simulated world instead.
+- torch's ``loss_parallel()`` adds and removes handlers in one process-wide table; each
+  simulated rank enters it around its own step, as on real processes: simpg gives every rank
+  its own copy of that table (Note [values and objects] in simpg/isolation.py).
 - torch's DTensor caches sharding propagation per thread (Python and C++) and redistribute
   plans per process, keyed by meshes that compare equal across simpg worlds and ranks, and
   simpg reuses its rank threads: each torch rank clears those caches when it starts and when
@@ -232,7 +232,6 @@ def _setup(lib: str, args: argparse.Namespace, config: str) -> tuple[Any, Any, C
     import torch.distributed.tensor.parallel as torch_tp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.experimental import implicit_replication
 
     mesh = init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
     model = build_model(args)
@@ -242,9 +241,8 @@ def _setup(lib: str, args: argparse.Namespace, config: str) -> tuple[Any, Any, C
         for layer in model.layers:
             fully_shard(layer, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
-    # loss_parallel itself is entered around the world (_torch_loss_parallel); the causal
-    # mask of math attention is a plain tensor, replicated on every rank
-    return mesh, model, implicit_replication
+    # the causal mask of math attention is a plain tensor, replicated on every rank
+    return mesh, model, _torch_step_context
 
 
 @dataclass(frozen=True)
@@ -434,14 +432,13 @@ def _trace(on: bool) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def _torch_loss_parallel(lib: str) -> Iterator[None]:
-    """torch's loss_parallel edits one process-wide handler table: one entry for the world."""
-    if lib != "torch":
-        yield
-        return
+def _torch_step_context() -> Iterator[None]:
+    """What a torch user wraps a tensor-parallel step in: its loss_parallel, and implicit
+    replication for the plain causal mask."""
+    from torch.distributed.tensor.experimental import implicit_replication
     from torch.distributed.tensor.parallel import loss_parallel
 
-    with loss_parallel():
+    with implicit_replication(), loss_parallel():
         yield
 
 
@@ -468,8 +465,7 @@ def run_side(lib: str, args: argparse.Namespace, config: str) -> Side:
         shape = (args.dp_size, args.tp_size) if config == FULL else (1, args.tp_size)
     side = Side(lib, config, shape)
 
-    loss_parallel = _torch_loss_parallel(lib if config not in FEATURES else "ours")
-    with _attention(lib, args), loss_parallel:
+    with _attention(lib, args):
         side.ranks = simpg.run(rank_body, math.prod(shape), lib, args, config, True,
                                timeout=600)
     return side
@@ -718,7 +714,7 @@ def gloo_worker(args: argparse.Namespace) -> None:
     try:
         for lib in LIBS:
             try:
-                with _attention(lib, args), _torch_loss_parallel(lib):
+                with _attention(lib, args):
                     run = rank_body(lib, args, FULL, traced=False)
                 result[lib] = asdict(run)
             except Exception as e:  # noqa: BLE001 - reported in the table

@@ -57,7 +57,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from simpg.errors import CollectiveMismatchError, DeadlockError, RankFailedError, SimpgError
-from simpg.isolation import adopt, own, restore, snapshot
+from simpg.isolation import adopt, import_switch_modules, own, restore, snapshot
 from simpg.stuck import Cpu, interrupt, user_position
 
 _CPU = Cpu()  # held by the one simulated rank running in this process
@@ -157,7 +157,10 @@ class Scheduler:
             self._ranks[0].status = Status.RUNNING
         self._since = time.monotonic()  # when the holder started running, or idling began
         self._rng_state = rng_state if rng_state is not None else torch.get_rng_state()
-        self.switches = switches if switches is not None else snapshot()
+        if switches is None:  # a world of threads started by the user, or a class world
+            import_switch_modules()
+            switches = snapshot()
+        self.switches = switches
         self.shared_switches: list[str] = []  # Note [per-rank process state], the limits
         self.failure: BaseException | None = None  # the first: it ends the world
         self.failed_rank: int | None = None
@@ -422,11 +425,11 @@ class Scheduler:
         if me.switches is not me.owned:  # snapshots are never mutated: owned stays owned
             me.switches = me.owned = own(me.switches, self.switches)  # Note [values and objects]
         if me.switches is not _CPU.switches:  # Note [cheap switch snapshots]
-            if me.switches != _CPU.switches:  # ranks mostly agree: setting them costs µs
-                restore(me.switches)
+            # ranks mostly agree on values: only what differs is set
+            if restore(me.switches, _CPU.switches) or _CPU.switches is None:
                 _CPU.switches = me.switches
             else:
-                me.switches = _CPU.switches  # equal and never mutated: share one
+                me.switches = _CPU.switches  # the same state and never mutated: share one
 
     def _give_cpu(self, me: RankSlot) -> None:
         if me.has_cpu:

@@ -11,6 +11,7 @@ cases with ``simpg.run`` under many schedules and, as this script, on 4 gloo pro
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from datetime import timedelta
@@ -21,8 +22,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
 from torch.distributed.tensor import _random as dtensor_random
-from torch.distributed.tensor.experimental import implicit_replication
+from torch.distributed.tensor.experimental import (context_parallel, implicit_replication,
+                                                   register_sharding)
 from torch.distributed.tensor.parallel import loss_parallel
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 TIMEOUT = timedelta(seconds=60)
 WORLD_SIZE = 4
@@ -112,11 +115,106 @@ def default_dtype_case() -> dict[str, Any]:
     return out
 
 
+aten = torch.ops.aten
+FLASH = aten._scaled_dot_product_flash_attention.default
+
+
+def _cp_view() -> dict[str, Any]:
+    """What context parallel changes, as this rank sees it."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention
+
+    strategy = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs[FLASH]
+    return {"sdpa patched": F.scaled_dot_product_attention
+            is not torch._C._nn.scaled_dot_product_attention,
+            "cp handlers": FLASH in DTensor._op_dispatcher._custom_op_handlers,
+            "cp strategy": strategy.__name__, "load balance": _attention._cp_options.enable_load_balance}
+
+
+def context_parallel_case() -> dict[str, Any]:
+    """torch's ``context_parallel()`` (it monkey-patches SDPA, binds a new op-handler table,
+    overwrites the flash-attention sharding strategies and sets its options, all process-wide;
+    on cpu it cannot run SDPA itself): every rank enters it, rank 0 leaves first and computes
+    a DTensor op and a plain SDPA outside while the others are still inside."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (size,))
+    d = distribute_tensor(torch.arange(8.0, dtype=torch.float64), mesh, [Shard(0)])
+    before = _cp_view()
+    buffer = torch.arange(16.0, dtype=torch.float64).reshape(1, 1, 8, 2)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64)
+    with context_parallel(mesh, buffers=[buffer], buffer_seq_dims=[2]):
+        summed = d.sum().full_tensor()  # a collective inside
+        inside = _cp_view()
+        if rank != 0:
+            dist.barrier()  # rank 0 runs outside meanwhile
+            inside_later = _cp_view()
+    out = {"before": before, "inside": inside, "buffer": buffer.clone(), "summed": summed}
+    if rank == 0:
+        out["outside early"] = _cp_view()
+        out["sdpa outside"] = F.scaled_dot_product_attention(q, q, q)
+        out["doubled"] = (d * 2).to_local()  # propagated with this rank's tables, no collective
+        dist.barrier()
+    else:
+        out["inside later"] = inside_later
+    dist.barrier()
+    out["after"] = _cp_view()
+    out["gathered"] = (d * 2).full_tensor()
+    return out
+
+
+def sdpa_kernel_case() -> dict[str, Any]:
+    """``sdpa_kernel()`` sets torch's SDPA backends (C++ globals): even ranks allow only the
+    math kernel, odd ranks math and the fused cpu one, with collectives inside."""
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))
+    backends = [SDPBackend.MATH] if rank % 2 == 0 else [SDPBackend.FLASH_ATTENTION,
+                                                         SDPBackend.MATH]
+    flags = torch.backends.cuda
+    with sdpa_kernel(backends):
+        dist.barrier()
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # float64 so gloo's other adding order stays within the comparison's ulps
+        total = distribute_tensor(out.double(), mesh, [Shard(2)]).sum().full_tensor()
+        inside = (flags.flash_sdp_enabled(), flags.math_sdp_enabled())
+    dist.barrier()
+    return {"inside": inside, "after": (flags.flash_sdp_enabled(), flags.math_sdp_enabled()),
+            "out": out, "total": total}
+
+
+def _rows_or_replicated(x: Any, y: Any) -> list:
+    return [([Shard(0)], [Shard(0), Shard(0)]), ([Replicate()], [Replicate(), Replicate()])]
+
+
+def register_sharding_case() -> dict[str, Any]:
+    """``register_sharding`` writes into the sharding propagator's process-wide table: rank 0
+    registers a strategy for ``aten.special_xlog1py`` (torch has one; rank 0's replaces it) and
+    uses it; the other ranks use torch's own, between the same collectives."""
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    op = aten.special_xlog1py.default
+    table = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+    d = distribute_tensor(torch.arange(1.0, 9.0, dtype=torch.float64), mesh, [Shard(0)])
+    if rank == 0:
+        register_sharding(op)(_rows_or_replicated)
+    dist.barrier()
+    result = torch.special.xlog1py(d, d)
+    out = {"registered": isinstance(table.get(op), functools.partial),  # register_sharding's
+           "placements": repr(result.placements)}
+    dist.barrier()
+    out["value"] = result.full_tensor()
+    return out
+
+
 CASES = {
     "loss_parallel": loss_parallel_case,
     "implicit_replication": implicit_replication_case,
     "rng": rng_case,
     "default_dtype": default_dtype_case,
+    "context_parallel": context_parallel_case,
+    "sdpa_kernel": sdpa_kernel_case,
+    "register_sharding": register_sharding_case,
 }
 
 

@@ -1,11 +1,13 @@
 """torch programs that flip process-wide switches give on simpg what they give on processes
 (Note [per-rank process state]): torch's DTensor ``loss_parallel``, ``implicit_replication``,
-its RNG (``manual_seed``, random ops on sharded DTensors), ``torch.set_default_dtype`` and the
-redistribute flags, under many schedules, against single-device answers and against the same
-program on real gloo processes."""
+its RNG (``manual_seed``, random ops on sharded DTensors), ``torch.set_default_dtype``,
+``context_parallel``, ``sdpa_kernel``, ``register_sharding`` and the redistribute flags, under
+200 schedules, against single-device answers and rank for rank against the same program on
+real gloo processes."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,7 +25,8 @@ import simpg
 from simpg.isolation import adopt
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "torch_switches_program.py"
-SEEDS = [None, *range(8)]  # round-robin, then seeded interleavings
+SEEDS = [None, *range(200)]  # round-robin, then seeded interleavings (the program: ~30 s)
+FEW_SEEDS = [None, *range(8)]  # for the single-switch programs below
 WORLD_SIZE = 4
 GLOO_TIMEOUT_S = 180.0  # 4 processes that each import torch's DTensor, on a busy machine
 
@@ -102,6 +105,45 @@ def test_default_dtype_is_per_rank(on_simpg):
     assert torch.get_default_dtype() == torch.float32  # the caller's own came back
 
 
+def test_context_parallel_patches_and_tables_are_per_rank(program, on_simpg):
+    torch_rule = "scaled_dot_product_flash_attention_strategy"
+    outside = {"sdpa patched": False, "cp handlers": False, "cp strategy": torch_rule,
+               "load balance": True}
+    inside = {"sdpa patched": True, "cp handlers": True,
+              "cp strategy": "_scaled_dot_product_flash_attention_cp_strategy",
+              "load balance": True}
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64)
+    full = torch.arange(8.0, dtype=torch.float64)
+    for where, rank, got in _each_rank(on_simpg, "context_parallel"):
+        assert (got["before"], got["inside"], got["after"]) == (outside, inside, outside), where
+        if rank == 0:  # left first, while the others were still inside
+            assert got["outside early"] == outside, where
+            torch.testing.assert_close(got["sdpa outside"], F.scaled_dot_product_attention(q, q, q))
+            assert torch.equal(got["doubled"], (full * 2).chunk(WORLD_SIZE)[0]), where
+        else:
+            assert got["inside later"] == inside, where
+        assert got["summed"].item() == 28.0 and torch.equal(got["gathered"], full * 2), where
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+
+
+def test_sdpa_backends_are_per_rank(on_simpg):
+    for where, rank, got in _each_rank(on_simpg, "sdpa_kernel"):
+        assert got["inside"] == ((False, True) if rank % 2 == 0 else (True, True)), where
+        assert got["after"] == (True, True), where
+    assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
+
+
+def test_a_registered_sharding_is_the_registering_ranks_own(on_simpg):
+    x = torch.arange(1.0, 9.0, dtype=torch.float64)
+    for where, rank, got in _each_rank(on_simpg, "register_sharding"):
+        assert got["registered"] is (rank == 0), where
+        assert got["placements"] == "(Shard(dim=0),)", where
+        torch.testing.assert_close(got["value"], torch.special.xlog1py(x, x))
+    table = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
+    assert not isinstance(table.get(torch.ops.aten.special_xlog1py.default), functools.partial)
+
+
 # -- against real processes -------------------------------------------------------------------
 
 def _assert_same(sim: Any, real: Any, where: str) -> None:
@@ -140,7 +182,7 @@ def _tracker() -> Any:
     return dtensor_random._RNGStateTracker(torch.device("cpu"))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", FEW_SEEDS)
 def test_a_callers_rng_tracker_is_copied_per_rank_like_a_forked_process(seed):
     """The tracker is an object torch mutates in place (``distribute_region_enabled``): each
     rank starts from the caller's, as a process forked from it would, and owns its copy."""
@@ -186,7 +228,7 @@ def test_an_adopted_tracker_is_copied_for_the_other_ranks():
     assert copied.distribute_region_enabled
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", FEW_SEEDS)
 def test_loss_handlers_held_by_reference_are_the_ranks_own(seed):
     """A rank that keeps torch's handler table and edits it later edits its own table."""
     def body():
@@ -207,7 +249,7 @@ def test_loss_handlers_held_by_reference_are_the_ranks_own(seed):
                                                       (False, False)]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", FEW_SEEDS)
 def test_redistribute_flags_are_per_rank(seed):
     def body():
         flags = dtensor_redistribute
