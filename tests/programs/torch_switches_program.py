@@ -31,26 +31,33 @@ TIMEOUT = timedelta(seconds=60)
 WORLD_SIZE = 4
 
 
-def logits() -> torch.Tensor:
+# class counts of the vocabulary-parallel loss on 4 ranks: pieces 3, 3, 3, 1; 12 each; and
+# 13, 13, 12, 12 (torch's own uneven split)
+VOCABULARIES = (10, 48, 50)
+
+
+def logits(classes: int = 10) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
-    return torch.randn(6, 10, generator=g, dtype=torch.float64)  # 10 classes on 4: 3, 3, 3, 1
+    return torch.randn(6, classes, generator=g, dtype=torch.float64)
 
 
-TARGETS = torch.tensor([0, 9, 3, 2, 5, 7])
+def targets(classes: int = 10) -> torch.Tensor:
+    return torch.tensor([0, classes - 1, 3, 2, classes // 2, 7])
 
 
-def loss_parallel_case() -> dict[str, Any]:
+def loss_parallel_case(classes: int) -> dict[str, Any]:
     """Vocabulary-parallel cross entropy, forward and backward inside ``loss_parallel()``, then
     the plain (gathering) cross entropy after it: ranks that left see no loss handlers while
     the ranks still inside see them."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    x = distribute_tensor(logits(), mesh, [Shard(-1)]).requires_grad_()
+    x = distribute_tensor(logits(classes), mesh, [Shard(-1)]).requires_grad_()
     with loss_parallel():
-        loss = F.cross_entropy(x, TARGETS)
+        loss = F.cross_entropy(x, targets(classes))
         loss.backward()
-        summed = F.cross_entropy(x.detach(), TARGETS, reduction="sum")
+        summed = F.cross_entropy(x.detach(), targets(classes), reduction="sum")
     # no handlers: torch's own rule gathers the classes (other collectives than inside)
-    plain = F.cross_entropy(x.detach(), distribute_tensor(TARGETS, mesh, [Replicate()]))
+    plain = F.cross_entropy(x.detach(),
+                            distribute_tensor(targets(classes), mesh, [Replicate()]))
     return {"loss": loss.full_tensor().detach(), "grad": x.grad.full_tensor(),
             "summed": summed.full_tensor(), "plain": plain.full_tensor(),
             "grad placements": repr(x.grad.placements)}
@@ -208,7 +215,8 @@ def register_sharding_case() -> dict[str, Any]:
 
 
 CASES = {
-    "loss_parallel": loss_parallel_case,
+    **{f"loss_parallel {classes} classes": functools.partial(loss_parallel_case, classes)
+       for classes in VOCABULARIES},
     "implicit_replication": implicit_replication_case,
     "rng": rng_case,
     "default_dtype": default_dtype_case,

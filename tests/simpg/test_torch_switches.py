@@ -55,12 +55,13 @@ def _each_rank(on_simpg, case: str):
 
 # -- each switch, against what one device (or one process) gives ------------------------------
 
-def test_loss_parallel_forward_and_backward_equal_one_device(program, on_simpg):
-    logits = program.logits().requires_grad_()
-    loss = F.cross_entropy(logits, program.TARGETS)
+@pytest.mark.parametrize("classes", [10, 48, 50])
+def test_loss_parallel_forward_and_backward_equal_one_device(program, on_simpg, classes):
+    logits = program.logits(classes).requires_grad_()
+    loss = F.cross_entropy(logits, program.targets(classes))
     loss.backward()
-    summed = F.cross_entropy(logits.detach(), program.TARGETS, reduction="sum")
-    for where, _, got in _each_rank(on_simpg, "loss_parallel"):
+    summed = F.cross_entropy(logits.detach(), program.targets(classes), reduction="sum")
+    for where, _, got in _each_rank(on_simpg, f"loss_parallel {classes} classes"):
         for key, want in {"loss": loss.detach(), "grad": logits.grad, "summed": summed,
                           "plain": loss.detach()}.items():
             torch.testing.assert_close(got[key], want, msg=lambda m, k=key: f"{where} {k}: {m}")
