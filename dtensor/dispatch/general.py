@@ -15,14 +15,15 @@ from torch.utils import _pytree as pytree
 
 import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
+from dtensor.comm import collectives
 from dtensor.dispatch import native
 from dtensor.redistribute import planner
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
-from dtensor.ops.propagate import ShardingError, candidates, decide
+from dtensor.ops.propagate import Decision, ShardingError, candidates, decide
 from dtensor.layout import local_box
 from dtensor.mesh import MeshError
 from dtensor.dispatch.outside_mesh import meta_call, run_outside
-from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
+from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import Placement, Replicate
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec
@@ -207,7 +208,7 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
         _verify_plain(DTensor, func, tensors, mesh)
     debug.record(plan.decision, tensors)
     out = _run(DTensor, func, args, kwargs, tensors, plan, mesh)
-    if fast_key is not None and key is not None:
+    if fast_key is not None and key is not None and plan.otherwise is None:
         moves = _fast_moves(plan, tensors, args, kwargs, mesh, DTensor)
         if moves is not None:
             _record_fast(func, args, kwargs, plan, out, mesh, fast_key, DTensor, moves)
@@ -271,11 +272,10 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
 
 
 def _on_every_rank(mesh: Any, flag: bool, device: torch.device) -> bool:
-    """``flag`` and-ed over the mesh's ranks (one small all-reduce)."""
+    """``flag`` and-ed over the mesh's ranks (one small all-reduce, recorded as any other)."""
     value = torch.tensor([int(flag)], dtype=torch.int32, device=device)
-    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN,
-                                 group=mesh.group_for(tuple(range(mesh.ndim))))
-    return bool(value.item())
+    return bool(collectives.all_reduce(value, mesh.group_for(tuple(range(mesh.ndim))),
+                                       "min").item())
 
 
 def _sharers(local: torch.Tensor) -> int:
@@ -414,6 +414,20 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
             return None
         raise
     decision = decide(op, _written(func, op) | pinned)
+    otherwise = None
+    if decision.chosen.local in GUARDS:  # Note [guarded local functions]
+        unguarded = [c for c in decision.candidates if c.local not in GUARDS]
+        if not unguarded:
+            raise ShardingError(f"{func}: its only strategies for these placements hold for "
+                                f"some data only ({decision.chosen.local}), and none holds "
+                                "for any data")
+        otherwise = _plan_of(func, op, Decision(op, unguarded[0], tuple(unguarded)), metas,
+                             mesh, None)
+    return _plan_of(func, op, decision, metas, mesh, otherwise)
+
+
+def _plan_of(func: Any, op: OpSpec, decision: Decision, metas: list, mesh: Any,
+             otherwise: _Plan | None) -> _Plan:
     specs = []
     for meta, p in zip(metas, decision.chosen.outputs):
         shape, stride = tuple(meta.shape), tuple(meta.stride())
@@ -427,7 +441,8 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
         boxes = tuple(local_box(t.shape, mesh.spec.shape, p, coord) if coord is not None else None
                       for t, p in zip(op.tensors(), decision.chosen.inputs))
     return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out,
-                 torch.Tag.inplace_view in func.tags, boxes, DECOMPOSITIONS.get(func))
+                 torch.Tag.inplace_view in func.tags, boxes, DECOMPOSITIONS.get(func),
+                 otherwise)
 
 
 def _first_dtensor(DTensor: type, args: tuple, kwargs: dict) -> Any:
@@ -480,6 +495,12 @@ def _run(DTensor: type, func: Any, args: tuple, kwargs: dict, tensors: list, pla
     lkwargs = {k: local(v) for k, v in kwargs.items()}
     if plan.local_out_shape is not None:
         largs, lkwargs = localize_shape_args(func, largs, lkwargs, plan.local_out_shape)
+    if plan.otherwise is not None:  # Note [guarded local functions]
+        holds = GUARDS[plan.decision.chosen.local](func, largs, lkwargs, plan.boxes)
+        device = next(t for t in tensors if isinstance(t, DTensor))._local_tensor.device
+        if not _on_every_rank(mesh, holds, device):
+            debug.record(plan.otherwise.decision, tensors)
+            return _run(DTensor, func, args, kwargs, tensors, plan.otherwise, mesh)
     if plan.boxes is not None:
         out = LOCAL_FUNCTIONS[plan.decision.chosen.local](func, largs, lkwargs, plan.boxes)
     else:

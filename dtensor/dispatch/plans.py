@@ -25,6 +25,9 @@ class _Plan:
     inplace_view: bool  # squeeze_, t_, ...: the written DTensor changes shape and placements
     boxes: tuple | None  # this rank's input boxes, for a local function (Note [local functions])
     decompose: Decomposition | None  # Note [decompositions]
+    # where the chosen local function is guarded: the plan for any rank's guard failing
+    # (Note [guarded local functions] in dtensor/ops/registry.py)
+    otherwise: "_Plan | None" = None
 
 
 # Plans hold this rank's mesh (its process groups), so each mesh keeps its own:

@@ -293,7 +293,31 @@ def embedding(op: OpSpec) -> list[Strategy]:
     # vocab-sharded weight: each rank looks up the ids in its rows and writes zeros for the
     # rest, so the ranks' outputs add up to the lookup (Note [local functions])
     out.append(Strategy((Shard(0), R), (Partial("sum"),), local="embedding_own_rows"))
+    # rows and ids sharded alike, where every rank's ids name its own rows (torch.vmap over
+    # stacked tables): a local lookup, the output sharded as the ids (Note [guarded local
+    # functions])
+    out += [Strategy((Shard(0), Shard(d)), (Shard(d),), local=_OWN_BLOCK)
+            for d in range(ids.ndim)]
     return out
+
+
+def _ids_in_own_rows(func: object, args: tuple, kwargs: dict,
+                     boxes: Sequence[Sequence[tuple[int, int]] | None]) -> bool:
+    (lo, hi), *_ = boxes[0]
+    ids = args[1]
+    return ids.numel() == 0 or bool(((ids >= lo) & (ids < hi)).all())
+
+
+_OWN_BLOCK = "embedding_own_block"
+
+
+@local_function(_OWN_BLOCK, guard=_ids_in_own_rows)
+def embedding_own_block(func: object, args: tuple, kwargs: dict,
+                        boxes: Sequence[Sequence[tuple[int, int]] | None]) -> torch.Tensor:
+    """The lookup of ids that all fall in this rank's rows ``[lo, hi)``."""
+    weight, ids = args[0], args[1]
+    (lo, _), *_ = boxes[0]
+    return func(weight, ids - lo, *args[2:], **kwargs)
 
 
 @local_function("embedding_own_rows")

@@ -105,13 +105,30 @@ LocalFunction = Callable[[Any, tuple, dict, Sequence["Box | None"]], Any]
 LOCAL_FUNCTIONS: dict[str, LocalFunction] = {}
 
 
-def local_function(name: str) -> Callable[[LocalFunction], LocalFunction]:
-    """Register a local function under ``name`` for ``Strategy(..., local=name)``."""
+# Note [guarded local functions]
+# A local function may hold only for some data: a weight sharded on its rows, looked up by
+# ids sharded on a batch dim, is a local lookup when every rank's ids name rows that rank
+# holds (what ``torch.vmap`` over ``F.embedding`` makes of stacked tables). Its guard says,
+# from this rank's local arguments and boxes, whether the local function is right for them.
+# The dispatcher asks every rank of the mesh (one small all-reduce) and, where any says no,
+# runs the cheapest unguarded candidate instead; a guarded call never enters the fast path.
+# The soundness harness checks such a strategy on the samples whose pieces pass the guard.
+Guard = Callable[[Any, tuple, dict, Sequence["Box | None"]], bool]
+GUARDS: dict[str, Guard] = {}
+
+
+def local_function(name: str, *, guard: Guard | None = None
+                   ) -> Callable[[LocalFunction], LocalFunction]:
+    """Register a local function under ``name`` for ``Strategy(..., local=name)``; with a
+    ``guard``, it runs only where the guard holds on every rank (Note [guarded local
+    functions])."""
 
     def deco(fn: LocalFunction) -> LocalFunction:
         if name in LOCAL_FUNCTIONS:
             raise ValueError(f"local function {name!r} is already registered")
         LOCAL_FUNCTIONS[name] = fn
+        if guard is not None:
+            GUARDS[name] = guard
         return fn
 
     return deco

@@ -23,7 +23,7 @@ from dtensor.layout import local_box, local_shape, mesh_coordinates
 from dtensor.redistribute.reference import shard_full, unshard
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Candidate, candidates
-from dtensor.ops.registry import LOCAL_FUNCTIONS, REGISTRY, OpSpec, Registry, TensorSpec
+from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, Registry, TensorSpec
 from dtensor.placements import Placement, Replicate, fmt_placements
 
 
@@ -69,6 +69,7 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
     if len(expected) != len(cand.outputs):
         return f"the op returns {len(expected)} tensors but the strategy places {len(cand.outputs)}"
     per_rank: dict[tuple[int, ...], list[torch.Tensor]] = {}
+    guard = GUARDS.get(cand.local)
     for c in mesh_coordinates(mesh_shape):
         local_flat = list(flat)
         for k, i in enumerate(positions):
@@ -81,6 +82,8 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
             if cand.local:
                 boxes = [local_box(flat[i].shape, mesh_shape, p, c)
                          for i, p in zip(positions, cand.inputs)]
+                if guard is not None and not guard(op, la, lk, boxes):
+                    return None  # never runs on these pieces (Note [guarded local functions])
                 out = LOCAL_FUNCTIONS[cand.local](op, la, lk, boxes)
             else:
                 out = op(*la, **lk)

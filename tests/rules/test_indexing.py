@@ -4,6 +4,9 @@ strategies offered; end-to-end runs on simpg."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -94,6 +97,10 @@ CASES = [
     ("embedding", aten.embedding.default, (randn(10, 6), randint(10, 5, 3)), {}),
     ("embedding-1d", aten.embedding.default, (randn(7, 3), randint(7, 5)), {}),
     ("embedding-pad", aten.embedding.default, (randn(7, 5), randint(7, 3, 1), 2), {}),
+    # ids that name only their own rows on 2 and 4 ranks (what vmap over stacked tables
+    # makes): the guarded local lookup is checked here (Note [guarded local functions])
+    ("embedding-own-rows", aten.embedding.default,
+     (randn(8, 3), torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7]])), {}),
     ("emb_bwd", aten.embedding_dense_backward.default,
      (randn(5, 3, 6), randint(10, 5, 3), 10, -1, False), {}),
     ("emb_bwd-pad", aten.embedding_dense_backward.default,
@@ -176,6 +183,29 @@ def test_embedding_forward_backward_sharded_ids_and_embedding_dim():
         assert torch.allclose(w.grad.full_tensor(), w_ref.grad, atol=1e-6)
 
     _world((2, 2), body)
+
+
+@pytest.mark.parametrize("mesh_shape", [(2,), (2, 2)])
+def test_rows_and_ids_sharded_alike_fall_back_where_ids_leave_their_rows(mesh_shape):
+    # the placements vmap over stacked tables makes, but rank 1 looks up a row rank 0 holds:
+    # its guard fails, so every rank takes the unguarded plan and the values equal one device
+    def body() -> tuple:
+        mesh = dtensor.init_device_mesh("cpu", mesh_shape)
+        weight = torch.arange(40.0).reshape(8, 5)
+        ids = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 0]])  # 0: not in rank 1's rows 4..7
+        placements = [Shard(0)] + [Replicate()] * (len(mesh_shape) - 1)
+        out = F.embedding(distribute_tensor(ids, mesh, placements),
+                          distribute_tensor(weight, mesh, placements))
+        kept = F.embedding(distribute_tensor(ids[:, :1], mesh, placements),
+                           distribute_tensor(weight, mesh, placements))
+        return (torch.equal(out.full_tensor(), F.embedding(ids, weight)), out.placements[0],
+                torch.equal(kept.full_tensor(), F.embedding(ids[:, :1], weight)),
+                kept.placements[0])
+
+    for same, placement, same_kept, kept in simpg.run(body, math.prod(mesh_shape)):
+        assert same and same_kept
+        assert isinstance(placement, Partial)  # the ids gathered: each rank its own rows
+        assert kept == Shard(0)  # ids 0, 2 | 4, 6: each rank's own rows, looked up locally
 
 
 def test_gather_and_index_select_backward():
