@@ -35,7 +35,7 @@ from dtensor.graph.compute import COMPUTE_WEIGHT, local_shape, op_flops
 from dtensor.graph.costs import reshard_table
 from dtensor.graph.errors import AnnotationError
 from dtensor.ops.propagate import per_dim_strategies
-from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
+from dtensor.ops.registry import GUARDS, REGISTRY, OpSpec, TensorSpec
 from dtensor.placements import (Pl,
     Partial,
     Placement,
@@ -526,8 +526,11 @@ def strategies(op: OpSpec) -> list[Option]:
     tensors = op.tensors()
     seen: dict[tuple, Option] = {}
     for combo in itertools.product(*per_dim_strategies(op)):
-        if len({st.local for st in combo if st.local}) > 1:
+        locals_ = {st.local for st in combo if st.local}
+        if len(locals_) > 1:
             continue  # two different per-rank computations cannot both run
+        if locals_ & GUARDS.keys():
+            continue  # holds for some data only (Note [guarded local functions]): a plan can't
         ins = tuple(tuple(st.inputs[i] for st in combo) for i in range(len(tensors)))
         outs = tuple(tuple(st.outputs[j] for st in combo) for j in range(len(combo[0].outputs)))
         if any(mixes_partial_families(o) for o in ins + outs):
