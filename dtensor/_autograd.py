@@ -77,7 +77,7 @@ class Redistribute(torch.autograd.Function):
     Where no gradient can flow (grad mode off, or the input needs none) ``apply`` runs the
     move without autograd's Function machinery, which costs more than a cached move itself.
     With ``async_op`` the forward returns with its last collective in flight (Note [async
-    redistribute] in dtensor/comm/collectives.py); the backward is synchronous.
+    redistribute] in dtensor/comm/handles.py); the backward is synchronous.
     """
 
     @classmethod
@@ -113,7 +113,7 @@ def _redistributed(dt: DTensor, placements: tuple[Placement, ...],
                    async_op: bool = False) -> DTensor:
     """``dt`` moved to ``placements`` by its cached program (Note [compiled plans]); with
     ``async_op``, before its last collective is done (Note [async redistribute] in
-    dtensor/comm/collectives.py)."""
+    dtensor/comm/handles.py)."""
     local, spec = dt._local_tensor, dt._spec
     if forward_dtype is not None and forward_dtype != local.dtype:
         local = local.to(forward_dtype)

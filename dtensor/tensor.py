@@ -190,7 +190,7 @@ class DTensor(torch.Tensor):
         Of the result of ``redistribute(..., async_op=True)`` not used yet, it is an
         ``AsyncCollectiveTensor``, as torch's is: its collective is still in flight, the
         first op on it waits, and its ``wait()`` gives the plain tensor (Note [async
-        redistribute] in dtensor/comm/collectives.py)."""
+        redistribute] in dtensor/comm/handles.py)."""
         gp = None
         if grad_placements is not None:  # checked now, not when a backward finds it wrong
             gp = normalize_placements(grad_placements, self.dim(), self._spec.mesh.ndim,
@@ -215,7 +215,7 @@ class DTensor(torch.Tensor):
         Work done in between overlaps the collective. A collective that fails raises an
         ``AsyncCollectiveError`` at that first use. Only the forward is asynchronous; the
         backward's collectives run synchronously (Note [async redistribute] in
-        dtensor/comm/collectives.py).
+        dtensor/comm/handles.py).
 
         >>> import torch, simpg
         >>> from dtensor import init_device_mesh, distribute_tensor, Shard, Replicate

@@ -35,7 +35,7 @@ from opdb_tests.cases import (AtenCall, Entry, Sample, case_id, clone_sample, ki
 from opdb_tests.causes import reason_of
 
 # inference: the forward under torch.inference_mode(), where composite ops reach dispatch
-# whole (Note [inference mode] in dtensor.dispatch)
+# whole (Note [inference mode] in dtensor.dispatch.general)
 TIERS = ("sound", "forward", "backward", "inference")
 GENERATION = "samples"  # the pseudo-tier of an OpInfo whose sample generator raises
 
@@ -165,7 +165,7 @@ def _piece(a: torch.Tensor, p: tuple[Placement, ...], mesh_shape: tuple[int, ...
 def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
               mesh_shape: tuple[int, ...]) -> tuple[tuple[Placement, ...], ...] | None:
     """The output placements ``decide`` picks for a rule-level call with these inputs (None
-    where a decomposition may answer instead: Note [decompositions] in dtensor.dispatch)."""
+    where a decomposition may answer instead: Note [decompositions] in dtensor.dispatch.decomposition_table)."""
     from dtensor.dispatch import DECOMPOSITIONS
 
     if call is None or call.func not in REGISTRY or call.func in DECOMPOSITIONS:

@@ -1,6 +1,6 @@
 """``_foreach_norm`` over sharded tensors for the orders no Partial expresses (the 2-norm and
 every p other than 0, 1, +-inf), as a decomposition (Note [decompositions] in
-``dtensor.dispatch``), registered at import.
+``dtensor.dispatch.decomposition_table``), registered at import.
 
 Note [sharded foreach norms]
 |x|_p = (sum_r |x_r|_p^p)^(1/p) over the pieces x_r of a Shard: the p-th powers are a

@@ -1,5 +1,5 @@
 """Ops whose sharded form needs a collective inside them (Note [decompositions] in
-``dtensor.dispatch``), registered at import.
+``dtensor.dispatch.decomposition_table``), registered at import.
 
 Note [sharded vector norms]
 ``|x|_p`` over a dim split across ranks is not a Partial of the ranks' norms:

@@ -9,9 +9,9 @@ class dim (the output of a ColwiseParallel lm-head with ``use_local_output=False
   (Note [class-sharded nll_loss] in dtensor/ops/losses.py): no communication. The loss comes
   out Partial(sum); reading it (``full_tensor()``) reduces one value per position.
 - ``_log_softmax`` needs the max and the sum of exp over ALL classes, so it cannot be a pure
-  rule. Under ``loss_parallel()`` it is decomposed (Note [decompositions] in dispatch.py) into
-  local steps and two all-reduces of one value per position (the max, then the sum of exp);
-  its backward ``g - exp(out) * sum(g)`` into one (the sum of g over the classes). Each rank
+  rule. Under ``loss_parallel()`` it is decomposed (Note [decompositions] in
+  ``dtensor.dispatch.decomposition_table``) into local steps and two all-reduces of one value
+  per position (the max, then the sum of exp); its backward ``g - exp(out) * sum(g)`` into one (the sum of g over the classes). Each rank
   moves O(positions) bytes, never O(positions x classes).
 
 Unlike torch's, the loss stays Partial(sum) where nothing needs it whole (read it with

@@ -18,8 +18,8 @@ it moves, its buffers' layout and its collective's checks are worked out once
 (``comm.prepare_*``), and the ``Program`` is kept on the mesh (a mesh object is one rank's,
 and it holds that rank's groups). Every later call checks the piece's shape and runs the
 steps: no planning, no layout lookups, no re-validation, no dist.* layer (Note [prepared
-collectives] in comm.py). ``program_to`` keeps one more cache on the source spec, which
-also holds the target spec: a DTensor's redistribute looks up one dict.
+collectives] in dtensor/comm/collectives.py). ``program_to`` keeps one more cache on the
+source spec, which also holds the target spec: a DTensor's redistribute looks up one dict.
 
 >>> import torch, simpg
 >>> from dtensor.mesh import init_device_mesh
@@ -259,8 +259,8 @@ def _all_to_all(step: Step, where: _Where) -> Runner:
 
 
 def _regular_all_to_all(ex: cl.Exchange, a: int, b: int, issue: comm.Prepared) -> Runner:
-    """S(a) -> S(b) in one copy each way (Note [one buffer per collective] in comm.py): the
-    block for each member travels with dim a first."""
+    """S(a) -> S(b) in one copy each way (Note [one buffer per collective] in
+    dtensor/comm/collectives.py): the block for each member travels with dim a first."""
     n, cut = len(ex.cut), list(ex.cut)
     shape = box_shape(ex.target)
     moved = (shape[a],) + shape[:a] + shape[a + 1:]

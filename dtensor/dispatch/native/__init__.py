@@ -1,7 +1,7 @@
 """The dispatcher's cached case in compiled code, when it is built.
 
 Note [native fast path]
-A steady-state call (Note [fast path] in dtensor.dispatch) costs torch's Python-key entry,
+A steady-state call (Note [fast path] in dtensor.dispatch.entry) costs torch's Python-key entry,
 then in Python: the key, the lookup, the local op through ``func._op`` and the output's
 ``_make_wrapper_subclass``. ``fast_dispatch.cpp`` is ``DTensor.__torch_dispatch__`` itself, a
 C function: it builds the same key into the same table, runs the entry's op through the
