@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 
 from dtensor.foreign import refuse_torch_dtensor
-from dtensor.layout import local_shape
+from dtensor.layout import check_layout, local_shape
 from dtensor.mesh import DeviceMesh, resolve_mesh
-from dtensor.placements import Placement, Replicate, normalize_placements
+from dtensor.placements import Placement, Replicate, has_split_rule, normalize_placements
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.tensor import DTensor, make_dtensor
 
@@ -28,7 +28,10 @@ def _placements(placements: Sequence[Placement] | None, ndim: int, mesh: DeviceM
                 shape: Sequence[int]) -> tuple[Placement, ...]:
     if placements is None:
         placements = [Replicate()] * mesh.ndim
-    return normalize_placements(placements, ndim, mesh.ndim, shape=shape)
+    out = normalize_placements(placements, ndim, mesh.ndim, shape=shape)
+    if has_split_rule(out):  # explicit sizes must cut the tensor: Note [split rules]
+        check_layout(shape, mesh.shape, out)
+    return out
 
 
 def _from_full(full: torch.Tensor, mesh: DeviceMesh, placements: tuple[Placement, ...],

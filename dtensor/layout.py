@@ -9,6 +9,22 @@ Replicate and Partial mesh dims leave the extent whole.
 
 A *box* is a tuple of half-open ``(start, stop)`` bounds, one per tensor dim.
 
+Note [split rules]
+A Shard's split rule says where its cuts fall; chunk order (rank i holds the i-th piece) and
+nesting are the same under every rule:
+- ``torch.chunk`` (``Shard(d)``, the default): pieces of ``ceil(n / k)``, the last ones smaller
+  or empty (5 over 4: 2, 2, 1, 0);
+- balanced (``Shard(d, sizes="balanced")``): sizes differ by at most one, the larger first
+  (5 over 4: 2, 1, 1, 1), as ``numpy.array_split``;
+- explicit (``Shard(d, sizes=(3, 5, 0, 2))``): one size per rank of the mesh dim, summing to
+  the extent the mesh dim splits (all of dim d, or the piece an earlier mesh dim left; nested
+  explicit sizes must fit every such piece).
+Every path that places, moves, checks or saves pieces asks this module for their boxes, so a
+rule is carried wherever boxes are: the planner (its steps and bytes come from boxes),
+redistribute, ``from_local``/``full_tensor``, checkpoints. Sharding rules see chunk placements
+unless the op's family takes a split rule through (Note [split rules in propagation] in
+dtensor/ops/propagate.py).
+
 >>> local_slices((5, 4), (4,), (Shard(0),), (2,))
 (slice(4, 5, None), slice(0, 4, None))
 """
@@ -42,6 +58,37 @@ def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
     return start, min(start + step, size)
 
 
+def split_bounds(size: int, parts: int, index: int, rule: tuple[int, ...] | str | None = None
+                 ) -> tuple[int, int]:
+    """Bounds of piece ``index`` of ``size`` split ``parts`` ways by ``rule`` (Note [split
+    rules]): None for ``torch.chunk``'s, ``"balanced"``, or explicit sizes.
+
+    >>> [split_bounds(5, 4, i, "balanced") for i in range(4)]
+    [(0, 2), (2, 3), (3, 4), (4, 5)]
+    >>> [split_bounds(10, 4, i, (3, 5, 0, 2)) for i in range(4)]
+    [(0, 3), (3, 8), (8, 8), (8, 10)]
+    """
+    if rule is None:
+        return chunk_bounds(size, parts, index)
+    if parts < 1 or not 0 <= index < parts:
+        raise ValueError(f"split_bounds(size={size}, parts={parts}, index={index}): expected "
+                         f"parts >= 1 and 0 <= index < parts")
+    if rule == "measured":
+        raise PlacementError("Shard(d, sizes='measured') is resolved by DTensor.from_local "
+                             "only (it measures every rank's piece); elsewhere give the sizes")
+    if rule == "balanced":
+        small, extra = divmod(size, parts)
+        start = index * small + min(index, extra)
+        return start, start + small + (index < extra)
+    if len(rule) != parts or sum(rule) != size:
+        raise PlacementError(
+            f"split sizes {tuple(rule)} cut {sum(rule)} elements into {len(rule)} pieces: "
+            f"expected {parts} sizes (one per rank of the mesh dim) summing to {size}, the "
+            f"extent this mesh dim splits")
+    start = sum(rule[:index])
+    return start, start + rule[index]
+
+
 def local_box(
     global_shape: Sequence[int],
     mesh_shape: Sequence[int],
@@ -69,9 +116,32 @@ def _local_box(
     for m, p in enumerate(placements):
         if isinstance(p, Shard):
             start, stop = bounds[p.dim]
-            lo, hi = chunk_bounds(stop - start, mesh_shape[m], coordinate[m])
+            if type(p.sizes) is tuple and (len(p.sizes) != mesh_shape[m]
+                                           or sum(p.sizes) != stop - start):
+                raise PlacementError(
+                    f"{p!r} on mesh dim {m} ({mesh_shape[m]} ranks) of a tensor of shape "
+                    f"{global_shape}: expected {mesh_shape[m]} sizes summing to {stop - start}, "
+                    f"the extent of dim {p.dim} this mesh dim splits")
+            lo, hi = split_bounds(stop - start, mesh_shape[m], coordinate[m], p.sizes)
             bounds[p.dim] = (start + lo, start + hi)
     return tuple(bounds)
+
+
+def check_layout(global_shape: Sequence[int], mesh_shape: Sequence[int],
+                 placements: Sequence[Placement]) -> None:
+    """Raise ``PlacementError`` unless ``placements`` lay the tensor out at every coordinate
+    (an explicit split rule must cut the extent its mesh dim splits everywhere).
+
+    >>> check_layout((10,), (4,), (Shard(0, sizes=(3, 5, 0, 2)),))
+    """
+    shape, mesh, pl = tuple(global_shape), tuple(mesh_shape), tuple(placements)
+    if any(type(p) is Shard and p.sizes == "measured" for p in pl):
+        split_bounds(1, 1, 0, "measured")  # raises: only from_local measures
+    if not any(type(p) is Shard and type(p.sizes) is tuple for p in pl):
+        _check(shape, mesh, pl, (0,) * len(mesh))
+        return
+    for coord in mesh_coordinates(mesh):
+        _local_box(shape, mesh, pl, coord)
 
 
 def local_slices(

@@ -50,28 +50,63 @@ class PlacementTypeError(PlacementError, TypeError):
     too, as torch's is."""
 
 
+BALANCED = "balanced"
+MEASURED = "measured"  # only DTensor.from_local takes it: it measures every rank's piece
+
+
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """Split tensor dim ``dim`` across one mesh dimension, like ``torch.chunk``.
+    """Split tensor dim ``dim`` across one mesh dimension, like ``torch.chunk`` by default.
 
     A negative ``dim`` counts from the end, as in torch: it is resolved against the tensor
     wherever placements meet one (``normalize_placements``), so specs only hold dims >= 0.
 
-    >>> Shard(1)
-    Shard(dim=1)
+    ``sizes`` is the split rule (Note [split rules] in dtensor/layout.py): None for
+    ``torch.chunk``'s pieces, ``"balanced"`` for pieces that differ by at most one element
+    (the first ranks hold the larger ones), or one size per rank of the mesh dimension,
+    summing to the extent that rank's mesh dim splits (``Shard(0, sizes=(3, 5, 0, 2))``).
+    ``DTensor.from_local`` also takes ``sizes="measured"``: it gathers every rank's piece size
+    and gives the DTensor those explicit sizes.
+
+    >>> Shard(1), Shard(0, sizes=[3, 5, 0, 2]), str(Shard(0, sizes="balanced"))
+    (Shard(dim=1), Shard(dim=0, sizes=(3, 5, 0, 2)), 'S(0)[balanced]')
     """
 
     dim: int
+    sizes: tuple[int, ...] | str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.dim, bool) or not isinstance(self.dim, int):
             raise PlacementTypeError(f"Shard(dim={self.dim!r}): dim must be an int")
+        sizes = self.sizes
+        if sizes is None or sizes == BALANCED or sizes == MEASURED:
+            return
+        if isinstance(sizes, str) or not isinstance(sizes, Sequence) or not sizes or any(
+                isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in sizes):
+            raise PlacementTypeError(
+                f"Shard({self.dim}, sizes={sizes!r}): expected None (torch.chunk's pieces), "
+                f"{BALANCED!r}, {MEASURED!r} (DTensor.from_local only), or one size >= 0 per "
+                f"rank of the mesh dim, e.g. (3, 5, 0, 2)")
+        object.__setattr__(self, "sizes", tuple(int(n) for n in sizes))
+
+    def __repr__(self) -> str:
+        if self.sizes is None:
+            return f"Shard(dim={self.dim})"
+        return f"Shard(dim={self.dim}, sizes={self.sizes!r})"
 
     def __str__(self) -> str:
-        return f"S({self.dim})"
+        if self.sizes is None:
+            return f"S({self.dim})"
+        rule = self.sizes if isinstance(self.sizes, str) else ",".join(map(str, self.sizes))
+        return f"S({self.dim})[{rule}]"
 
     def __reduce__(self) -> tuple:
-        return (Shard, (self.dim,))  # Note [weights_only loading]: through the constructor
+        # Note [weights_only loading]: through the constructor
+        return (Shard, (self.dim,) if self.sizes is None else (self.dim, self.sizes))
+
+    def with_dim(self, dim: int) -> Shard:
+        """The same split rule on another tensor dim."""
+        return Shard(dim, self.sizes)
 
     def is_shard(self, dim: int | None = None) -> bool:
         """True (for ``dim`` None or this shard's dim), as torch's placements answer."""
@@ -82,6 +117,17 @@ class Shard:
 
     def is_partial(self, reduce_op: str | None = None) -> bool:
         return False
+
+
+def has_split_rule(placements: Sequence[object]) -> bool:
+    """Whether any placement is a Shard with a split rule other than ``torch.chunk``'s."""
+    return any(type(p) is Shard and p.sizes is not None for p in placements)
+
+
+def chunk_rule(placements: Sequence[Placement]) -> tuple[Placement, ...]:
+    """``placements`` with every Shard cut by ``torch.chunk``'s rule."""
+    return tuple(Shard(p.dim) if type(p) is Shard and p.sizes is not None else p
+                 for p in placements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +253,8 @@ def normalize_placements(
                 f"Shard({dim}) is out of range for {where}: expected a dim in "
                 f"[{-ndim}, {ndim - 1}]"
             )
-        out.append(Shard(dim % ndim))
+        out.append(Shard(dim % ndim) if isinstance(p, int) or p.sizes is None
+                   else Shard(dim % ndim, p.sizes))
     families = sorted({_OP_FAMILY[p.reduce_op] for p in out if isinstance(p, Partial)})
     if len(families) > 1:
         raise PlacementError(

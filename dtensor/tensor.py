@@ -12,10 +12,12 @@ from torch.utils import _foreach_utils
 
 from dtensor import _autograd, compile as _compile
 from dtensor.dispatch import bind, torch_dispatch
-from dtensor.dispatch.checks import check_local_shapes
+from dtensor.dispatch.checks import check_local_shapes, measured_sizes
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
-from dtensor.placements import Placement, PlacementError, Replicate, Shard, normalize_placements
+from dtensor.layout import check_layout, local_shape
+from dtensor.placements import (Placement, PlacementError, Replicate, Shard, fmt_placements,
+                                MEASURED, has_split_rule, normalize_placements)
 from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials
 
 
@@ -161,6 +163,9 @@ class DTensor(torch.Tensor):
                 "placements, or to_local() first")
         refuse_torch_dtensor(local_tensor, "DTensor.from_local")
         mesh = resolve_mesh(_compile.real_mesh(device_mesh), "DTensor.from_local")
+        if placements is not None and any(type(p) is Shard and p.sizes == MEASURED
+                                          for p in placements):
+            placements = measured_sizes(local_tensor, mesh, placements)
         placements = normalize_placements(
             placements if placements is not None else [Replicate()] * mesh.ndim,
             local_tensor.dim(), mesh.ndim, shape=local_tensor.shape)
@@ -173,11 +178,23 @@ class DTensor(torch.Tensor):
                                else contiguous_strides(global_shape), local_tensor.dtype)
             return _autograd.FromLocal.apply(local_tensor.new_empty(0), spec, DTensor)
         if run_check:
+            if shape is None and any(type(p) is Shard and type(p.sizes) is tuple
+                                     for p in placements):
+                shape = _even_global_shape(local_tensor.shape, mesh, placements)  # as given
             global_shape = check_local_shapes(local_tensor, mesh, placements, shape)
         elif shape is not None:
             global_shape = tuple(int(s) for s in shape)
         else:
             global_shape = _even_global_shape(local_tensor.shape, mesh, placements)
+        if has_split_rule(placements):  # Note [split rules] in dtensor/layout.py
+            check_layout(global_shape, mesh.shape, placements)
+            want = local_shape(global_shape, mesh.shape, placements, mesh.get_coordinate())
+            if tuple(local_tensor.shape) != want:
+                raise PlacementError(
+                    f"DTensor.from_local: this rank's piece has shape "
+                    f"{tuple(local_tensor.shape)}, but {fmt_placements(placements)} of a "
+                    f"{global_shape} tensor gives mesh coordinate {mesh.get_coordinate()} "
+                    f"a {want} piece")
         strides = (tuple(stride) if stride is not None
                    else strides_like(local_tensor, global_shape))
         spec = DTensorSpec(mesh, placements, global_shape, strides, local_tensor.dtype)
@@ -250,6 +267,8 @@ class DTensor(torch.Tensor):
                 raise TypeError(f"redistribute: {name} must be a torch.dtype (e.g. "
                                 f"torch.bfloat16), got {dt!r}")
         target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
+        if has_split_rule(target):  # Note [split rules] in dtensor/layout.py
+            check_layout(self.shape, mesh.shape, target)
         return _autograd.Redistribute.apply(self, target, async_op, forward_dtype,
                                             backward_dtype)
 
@@ -329,10 +348,14 @@ def strides_like(local: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...]:
 
 def _even_global_shape(local: Sequence[int], mesh: DeviceMesh,
                        placements: Sequence[Placement]) -> tuple[int, ...]:
+    """The global shape if every piece were this rank's size, except where explicit split
+    sizes say the extent (innermost mesh dim first: each undoes one level of nesting)."""
     shape = list(local)
-    for mesh_dim, p in enumerate(placements):
+    for mesh_dim in reversed(range(len(placements))):
+        p = placements[mesh_dim]
         if isinstance(p, Shard):
-            shape[p.dim] *= mesh.size(mesh_dim)
+            shape[p.dim] = (sum(p.sizes) if type(p.sizes) is tuple
+                            else shape[p.dim] * mesh.size(mesh_dim))
     return tuple(shape)
 
 

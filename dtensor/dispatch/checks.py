@@ -111,3 +111,41 @@ def _implied_shape(by_coord: dict, mesh: DeviceMesh,
         shape[dim] = sum(v[0][dim] for c, v in by_coord.items()
                          if all(c[m] == 0 for m in range(mesh.ndim) if m not in mesh_dims))
     return tuple(shape)
+
+
+def measured_sizes(local: torch.Tensor, mesh: DeviceMesh,
+                   placements: Sequence[Placement]) -> list[Placement]:
+    """``placements`` with each ``Shard(d, sizes="measured")`` given the sizes of dim ``d``
+    every rank holds along its mesh dim (one small all_gather over the mesh). Raises where
+    the pieces cannot be one explicit rule: another mesh dim cuts ``d`` too, or the sizes
+    differ between the groups of that mesh dim."""
+    if mesh.get_coordinate() is None:
+        raise ValueError("DTensor.from_local: Shard(d, sizes='measured') on a rank outside "
+                         "the mesh: nothing to measure; give the sizes")
+    out = list(placements)
+    group = mesh.group_for(tuple(range(mesh.ndim)))
+    seen: list = [None] * mesh.size()
+    dist.all_gather_object(seen, (tuple(mesh.get_coordinate()), tuple(local.shape)),
+                           group=group)
+    for m, p in enumerate(placements):
+        if not (isinstance(p, Shard) and p.sizes == "measured"):
+            continue
+        d = p.dim % max(local.dim(), 1)
+        if any(isinstance(q, Shard) and q.dim % max(local.dim(), 1) == d
+               for k, q in enumerate(placements) if k != m):
+            raise ValueError(f"DTensor.from_local: Shard({p.dim}, sizes='measured') on mesh "
+                             f"dim {m}, but another mesh dim cuts dim {p.dim} too: measured "
+                             f"sizes need dim {p.dim} cut by one mesh dim; give the sizes")
+        by_group: dict[tuple, list[int]] = {}
+        for coord, shape in seen:
+            rest = coord[:m] + coord[m + 1:]
+            by_group.setdefault(rest, [0] * mesh.shape[m])[coord[m]] = shape[d]
+        found = set(map(tuple, by_group.values()))
+        if len(found) > 1:
+            detail = "; ".join(f"{rest}: {sizes}" for rest, sizes in sorted(by_group.items()))
+            raise ValueError(f"DTensor.from_local: Shard({p.dim}, sizes='measured') on mesh "
+                             f"dim {m} finds different sizes in its groups (other mesh "
+                             f"coordinates: sizes): {detail}; one rule needs the same sizes "
+                             f"in every group")
+        out[m] = Shard(p.dim, found.pop())
+    return out

@@ -24,7 +24,7 @@ from dtensor.layout import local_box
 from dtensor.mesh import MeshError
 from dtensor.dispatch.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
-from dtensor.placements import Placement, Replicate
+from dtensor.placements import Placement, Replicate, has_split_rule
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec
 from dtensor.dispatch.decomposition_table import DECOMPOSITIONS
@@ -413,7 +413,10 @@ def _make_plan(func: Any, dargs: tuple, dkwargs: tuple, mesh: Any,
         if "meta" in str(e).lower():  # e.g. item() or repeat_interleave on meta tensors
             return None
         raise
-    decision = decide(op, _written(func, op) | pinned)
+    out_shapes = None  # Note [split rules in propagation]: outputs must fit explicit sizes
+    if any(has_split_rule(t.placements) for t in op.tensors()):
+        out_shapes = tuple(tuple(m.shape) for m in metas)
+    decision = decide(op, _written(func, op) | pinned, out_shapes)
     otherwise = None
     if decision.chosen.local in GUARDS:  # Note [guarded local functions]
         unguarded = [c for c in decision.candidates if c.local not in GUARDS]

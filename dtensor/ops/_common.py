@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from dtensor.layout import chunk_bounds
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, local_function
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, local_function, takes_split_rules
 from dtensor.placements import Partial, Replicate, Shard
 
 R = Replicate()
@@ -146,6 +146,7 @@ def linear_partials(op: OpSpec, pos: int, kinds: Sequence[Partial] = LINEAR,
     return found
 
 
+@takes_split_rules  # Note [split rules in propagation]
 def broadcast_shards(op: OpSpec) -> list[Strategy]:
     """Elementwise with broadcasting: Replicate, or output Shard(d) with each input sharded
     on its dim aligned to d (Replicate where it broadcasts). The shard half of

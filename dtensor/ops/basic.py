@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from dtensor.ops.registry import OpSpec, Strategy, sharding_rule
+from dtensor.ops.registry import OpSpec, Strategy, sharding_rule, takes_split_rules
 from dtensor.placements import REDUCE_OPS, Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
 
 
+@takes_split_rules  # Note [split rules in propagation]
 def _same(op: OpSpec) -> list[Strategy]:
     """Any placement in, the same out: the op keeps every element where it is."""
     t = op.tensors()[0]
@@ -24,6 +25,7 @@ sharding_rule(aten.detach.default, aten.alias.default, aten.clone.default,
 
 @sharding_rule(aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
                aten.full_like.default)
+@takes_split_rules  # Note [split rules in propagation]
 def like(op: OpSpec) -> list[Strategy]:
     """A fresh tensor shaped like the input: sharded like it, never Partial (the fill value
     is the value, not an addend)."""
@@ -60,6 +62,7 @@ def local_scalar(op: OpSpec) -> list[Strategy]:
 
 
 @sharding_rule(aten.fill_.Scalar, aten.fill.Scalar, aten.zero_.default)
+@takes_split_rules  # Note [split rules in propagation]
 def fill(op: OpSpec) -> list[Strategy]:
     """Every element becomes ``v``: each piece is filled where it is. Of a Partial, n copies
     of ``v`` reduce to ``v`` under avg/max/min, and n zeros to 0 under every op (``zero_``

@@ -51,6 +51,7 @@ import torch
 
 from dtensor.ops._common import no_empty_piece
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
+                                  takes_split_rules,
                                   sharding_rule)
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
@@ -148,6 +149,7 @@ def _call(op: OpSpec) -> _Call:
     return _Call(tuple(slots), tuple(positions), name, kind, lead, bool(written), n_out)
 
 
+@takes_split_rules  # Note [split rules in propagation]
 def foreach_rule(op: OpSpec) -> list[Strategy]:
     """Strategies for one mesh dim: keep, follow (out of place only), all Replicate.
 

@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 
 from dtensor.layout import chunk_bounds
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule, takes_split_rules
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -120,12 +120,22 @@ EINSUMS = {
 }
 
 
-@sharding_rule(*EINSUMS)
+@sharding_rule(*(op for op, (_, bias) in EINSUMS.items() if not bias))
+@takes_split_rules  # Note [split rules in propagation]
 def einsum_rule(op: OpSpec) -> list[Strategy]:
     equation, has_bias = EINSUMS[op.op]
     tensors = op.tensors()
     if not has_bias:
         return einsum_strategies(equation, tensors)
+    return biased_einsum_rule(op)
+
+
+# a broadcast bias needs every product piece non-empty (_with_bias): under a split rule too
+@sharding_rule(*(op for op, (_, bias) in EINSUMS.items() if bias))
+@takes_split_rules(tests_pieces=True)  # Note [split rules in propagation]
+def biased_einsum_rule(op: OpSpec) -> list[Strategy]:
+    equation, _ = EINSUMS[op.op]
+    tensors = op.tensors()
     bias, operands = tensors[0], tensors[1:]
     ins, out = _parse(equation)
     sizes = {c: t.shape[i] for s, t in zip(ins, operands) for i, c in enumerate(s)}

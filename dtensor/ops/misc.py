@@ -37,7 +37,7 @@ import itertools
 import torch
 
 from dtensor.ops.indexing import aligned_shards, partials
-from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import OpSpec, Strategy, TensorSpec, sharding_rule, takes_split_rules
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -223,6 +223,7 @@ def _out_partials(src: TensorSpec, dst: torch.dtype) -> list[Partial]:
 
 
 @sharding_rule(aten._to_copy.default)
+@takes_split_rules  # Note [split rules in propagation]
 def to_copy(op: OpSpec) -> list[Strategy]:
     x = op.tensors()[0]
     dst = op.kwarg("dtype") or x.dtype
@@ -231,6 +232,7 @@ def to_copy(op: OpSpec) -> list[Strategy]:
 
 
 @sharding_rule(aten.copy_.default, aten.copy.default)
+@takes_split_rules  # Note [split rules in propagation]
 def copy(op: OpSpec) -> list[Strategy]:
     """self takes src's values (broadcast, converted to self's dtype); copy_ keeps self's
     placements (the dispatcher pins a written argument)."""

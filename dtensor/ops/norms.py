@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from dtensor.ops._common import no_empty_piece
-from dtensor.ops.registry import Box, OpSpec, Strategy, TensorSpec, local_function, sharding_rule
+from dtensor.ops.registry import (Box, OpSpec, Strategy, TensorSpec, local_function, sharding_rule,
+                                  takes_split_rules)
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -59,6 +60,7 @@ def _n_masked(op: OpSpec, pos: int) -> int:
 
 
 @sharding_rule(aten._softmax.default, aten._log_softmax.default)
+@takes_split_rules  # Note [split rules in propagation]
 def softmax(op: OpSpec) -> list[Strategy]:
     """``_softmax(x, dim, half_to_float)``: exp(x) / sum over ``dim``; any other dim may be
     sharded. Not linear (softmax(a + b) != softmax(a) + softmax(b)): no Partial."""
@@ -74,6 +76,7 @@ sharding_rule(aten._safe_softmax.default)(softmax)
 
 
 @sharding_rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default)
+@takes_split_rules  # Note [split rules in propagation]
 def softmax_backward(op: OpSpec) -> list[Strategy]:
     """``(grad_output, output, dim, input_dtype)``: y * (g - sum(g * y)) and
     g - exp(y) * sum(g) sum over ``dim`` only; both are linear in g."""
@@ -103,6 +106,7 @@ def _row_norm(op: OpSpec, shape_pos: int, n_stats: int) -> list[Strategy]:
 
 
 @sharding_rule(aten.native_layer_norm.default)
+@takes_split_rules  # Note [split rules in propagation]
 def layer_norm(op: OpSpec) -> list[Strategy]:
     """``native_layer_norm(x, normalized_shape, weight, bias, eps) -> (y, mean, rstd)``."""
     return _row_norm(op, 1, 2)
@@ -132,6 +136,7 @@ def _row_norm_backward(op: OpSpec, shape_pos: int, mask_pos: int) -> list[Strate
 
 
 @sharding_rule(aten.native_layer_norm_backward.default)
+@takes_split_rules  # Note [split rules in propagation]
 def layer_norm_backward(op: OpSpec) -> list[Strategy]:
     """``(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)``."""
     return _row_norm_backward(op, 2, 7)
@@ -420,6 +425,7 @@ def elementwise_activation(op: OpSpec) -> list[Strategy]:
 
 
 @sharding_rule(*_ELEMENTWISE_BACKWARD)
+@takes_split_rules  # Note [split rules in propagation]
 def elementwise_activation_backward(op: OpSpec) -> list[Strategy]:
     """dx = g * f'(x) elementwise: any Shard; linear in g (P(sum) g, R x -> P(sum) dx)."""
     strategies = _elementwise(op, 1)

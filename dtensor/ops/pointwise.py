@@ -26,7 +26,8 @@ import torch
 
 from dtensor.ops._common import LINEAR, broadcast_shards, linear_partials
 from dtensor.ops.indexing import aligned_shards
-from dtensor.ops.registry import REGISTRY, OpSpec, Strategy, TensorSpec, sharding_rule
+from dtensor.ops.registry import (REGISTRY, OpSpec, Strategy, TensorSpec, sharding_rule,
+                                  takes_split_rules)
 from dtensor.placements import Partial, Placement, Replicate, Shard
 
 aten = torch.ops.aten
@@ -53,6 +54,7 @@ def _aligned_dim(t: TensorSpec, out_ndim: int, out_dim: int, out_size: int) -> i
     return d
 
 
+@takes_split_rules  # Note [split rules in propagation]
 def pointwise_rule(op: OpSpec) -> list[Strategy]:
     tensors = op.tensors()
     out_shape = _out_shape(op)

@@ -7,6 +7,24 @@ candidate requires (``plan_bytes``, the proven-minimal plan). The cheapest wins;
 candidate touching fewer inputs, then to fewer Partial outputs, then to the rule's own order.
 Decisions are cached per (op, input specs, arguments, pins), so steady-state dispatch does no
 rule work.
+
+Note [split rules in propagation]
+Rules are written for ``torch.chunk`` pieces: they see every Shard with the default split rule
+(Note [split rules] in dtensor/layout.py), and an input held under another rule is priced
+moving to what the strategy asks (an all_to_all at the byte lower bound). A rule marked
+``takes_split_rules`` (registry.py) also yields, for each of its strategies, the *lifted*
+one: on a mesh dim where an input holds ``Shard(d, sizes=r)`` and the strategy asks that input
+for ``Shard(d)``, every Shard of that mesh dim, inputs and outputs, takes rule ``r``. That is
+right exactly when the strategy pairs positions one to one along the dims it shards (element
+i of the sharded dim of one tensor meets element i of the others'): pointwise ops, matmul's
+M/N/K, reductions and softmax over other dims, transposes. It is not for views that merge or
+split a dim, shifts, or gathers, which stay unmarked. Rules also test the pieces they shard
+(a mean over a sharded dim needs equal pieces, a max non-empty ones): a lifted strategy is
+kept only where its pieces are equal wherever chunk's are and non-empty wherever chunk's are,
+so every such test the rule passed holds for it too. A lifted candidate whose explicit sizes
+do not cut a tensor's extent is dropped (inputs here, outputs where the output shapes are
+known: ``decide``'s ``out_shapes``). The soundness harness checks lifted strategies as any
+other (tests/rules/test_split_rules.py).
 """
 
 from __future__ import annotations
@@ -17,9 +35,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from dtensor.ops.registry import REGISTRY, OpSpec, Registry, Strategy
+from dtensor.layout import check_layout, local_box, mesh_coordinates
+from dtensor.ops.registry import REGISTRY, SPLIT_RULE_AWARE, OpSpec, Registry, Strategy, TensorSpec
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
-                                mixes_partial_families, normalize_placements)
+                                chunk_rule, has_split_rule, mixes_partial_families,
+                                normalize_placements)
 from dtensor.redistribute.planner import plan, plan_bytes
 
 
@@ -62,31 +82,128 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
     soundness harness checks every strategy a rule can return)."""
     tensors = op.tensors()
     found: dict[tuple, Candidate] = {}
-    for combo in itertools.product(*per_dim_strategies(op, registry)):
+    held = any(has_split_rule(t.placements) for t in tensors)
+    asked = _as_chunks(op) if held else op  # Note [split rules in propagation]
+    rule = registry.get(op.op)
+    lifts = held and rule in SPLIT_RULE_AWARE
+    tests_pieces = lifts and SPLIT_RULE_AWARE[rule]
+    for combo in itertools.product(*per_dim_strategies(asked, registry)):
         ins = tuple(tuple(s.inputs[i] for s in combo) for i in range(len(tensors)))
         outs_n = len(combo[0].outputs) if combo else 0
         outs = tuple(tuple(s.outputs[j] for s in combo) for j in range(outs_n))
-        if dispatchable_only and _creates_partial(tensors, ins, outs):
-            continue
-        if any(mixes_partial_families(o) for o in outs):
-            continue  # e.g. [P(max), P(sum)]: no single value (Note [Mixing Partial ops])
-        locals_ = {st.local for st in combo if st.local}
-        if len(locals_) > 1:
-            continue  # two different per-rank computations cannot both run
-        local = locals_.pop() if locals_ else None
-        try:
-            for t, p in zip(tensors, ins):
-                normalize_placements(p, t.ndim, len(op.mesh_shape))
-            moves = tuple(_move_bytes(t.placements, p, op.mesh_shape, t.shape, t.dtype)
-                          for t, p in zip(tensors, ins))
-        except PlacementError:
-            continue
-        key = (ins, outs, local)
-        if key not in found:
-            found[key] = Candidate(ins, outs, moves, local)
+        variants = [(ins, outs)]
+        if lifts:
+            variants += _lifts(tensors, ins, outs, op.mesh_shape, tests_pieces)
+        for ins, outs in variants:
+            _add_candidate(found, op, tensors, combo, ins, outs, dispatchable_only)
     ordered = list(found.values())
     ordered.sort(key=lambda c: _rank(c, tensors))  # stable: ties keep the rule's order
     return ordered
+
+
+def _as_chunks(op: OpSpec) -> OpSpec:
+    """``op`` with every input's Shards under ``torch.chunk``'s rule: what rules see."""
+    def plain(x):
+        if isinstance(x, TensorSpec):
+            return dataclasses.replace(x, placements=chunk_rule(x.placements))
+        if type(x) is tuple:
+            return tuple(plain(v) for v in x)
+        return x
+
+    return dataclasses.replace(op, args=plain(op.args),
+                               kwargs=tuple((k, plain(v)) for k, v in op.kwargs))
+
+
+def _lifts(tensors: list, ins: tuple, outs: tuple, mesh_shape: tuple[int, ...],
+           tests_pieces: bool) -> list[tuple[tuple, tuple]]:
+    """The strategy with each mesh dim's Shards under a split rule an input holds there where
+    the strategy asks that input for the same dim (Note [split rules in propagation]): one
+    variant per choice where inputs hold different rules on one mesh dim."""
+    mesh_ndim = len(ins[0]) if ins else 0
+    options: list[list[object]] = []
+    for m in range(mesh_ndim):
+        held = sorted({t.placements[m].sizes for t, want in zip(tensors, ins)
+                       if type(t.placements[m]) is Shard and t.placements[m].sizes is not None
+                       and want[m] == Shard(t.placements[m].dim)}, key=repr)
+        options.append(held or [None])
+    found = []
+    for choice in itertools.product(*options):
+        rules = {m: r for m, r in enumerate(choice) if r is not None}
+        if rules and (lifted := _lift(tensors, ins, outs, mesh_shape, tests_pieces, rules)):
+            found.append(lifted)
+    return found
+
+
+def _lift(tensors: list, ins: tuple, outs: tuple, mesh_shape: tuple[int, ...],
+          tests_pieces: bool, rules: dict[int, object]) -> tuple[tuple, tuple] | None:
+    """``ins -> outs`` with the Shards of each mesh dim in ``rules`` under its rule; None
+    where a piece test the rule made does not carry over (``_as_regular``)."""
+    mesh_ndim = len(ins[0])
+
+    def lift(pl: tuple) -> tuple:
+        return tuple(Shard(p.dim, rules[m]) if m in rules and type(p) is Shard else p
+                     for m, p in enumerate(pl))
+
+    lifted = tuple(lift(p) for p in ins)
+    # the mesh dims whose pieces the rule may have tested: all (tests_pieces), else those a
+    # non-sum Partial output reduces (mean needs equal pieces, max non-empty ones)
+    tested = set(rules) if tests_pieces else {
+        m for m in rules for out in outs
+        if isinstance(out[m], Partial) and out[m].reduce_op != "sum"}
+    for t, chunked, under_rule in zip(tensors, ins, lifted):
+        if chunked == under_rule:
+            continue
+        only = tuple(under_rule[m] if m in tested else chunked[m] for m in range(mesh_ndim))
+        if not _as_regular(t.shape, mesh_shape, chunked, under_rule, only):
+            return None
+    return lifted, tuple(lift(p) for p in outs)
+
+
+def _as_regular(shape: tuple[int, ...], mesh_shape: tuple[int, ...], chunked: tuple,
+                under_rule: tuple, tested: tuple) -> bool:
+    """Whether ``under_rule`` cuts ``shape``, and its pieces on the mesh dims in ``tested``
+    (``under_rule`` there, ``chunked`` elsewhere) are equal wherever chunk's are and non-empty
+    wherever chunk's are: what rules test of pieces (``even_pieces``, ``no_empty_piece``) then
+    holds for the lifted strategy too (Note [split rules in propagation])."""
+    try:
+        check_layout(shape, mesh_shape, under_rule)
+    except PlacementError:
+        return False
+    if tested == chunked:
+        return True
+    coords = list(mesh_coordinates(mesh_shape))
+    for d in {p.dim for p in tested if type(p) is Shard and p.sizes is not None}:
+        a = [box[d][1] - box[d][0] for box in (local_box(shape, mesh_shape, chunked, c)
+                                                 for c in coords)]
+        b = [box[d][1] - box[d][0] for box in (local_box(shape, mesh_shape, tested, c)
+                                                 for c in coords)]
+        if (len(set(a)) == 1 and len(set(b)) > 1) or (min(a) > 0 and min(b) == 0):
+            return False
+    return True
+
+
+def _add_candidate(found: dict, op: OpSpec, tensors: list, combo: tuple, ins: tuple,
+                   outs: tuple, dispatchable_only: bool) -> None:
+    if dispatchable_only and _creates_partial(tensors, ins, outs):
+        return
+    if any(mixes_partial_families(o) for o in outs):
+        return  # e.g. [P(max), P(sum)]: no single value (Note [Mixing Partial ops])
+    locals_ = {st.local for st in combo if st.local}
+    if len(locals_) > 1:
+        return  # two different per-rank computations cannot both run
+    local = locals_.pop() if locals_ else None
+    try:
+        for t, p in zip(tensors, ins):
+            normalize_placements(p, t.ndim, len(op.mesh_shape))
+            if has_split_rule(p):
+                check_layout(t.shape, op.mesh_shape, p)
+        moves = tuple(_move_bytes(t.placements, p, op.mesh_shape, t.shape, t.dtype)
+                      for t, p in zip(tensors, ins))
+    except PlacementError:
+        return
+    key = (ins, outs, local)
+    if key not in found:
+        found[key] = Candidate(ins, outs, moves, local)
 
 
 # Note [no implicit Partial]
@@ -138,10 +255,15 @@ def _itemsize(dtype) -> int:
 
 
 @lru_cache(maxsize=65536)
-def decide(op: OpSpec, fixed: frozenset[int] = frozenset()) -> Decision:
+def decide(op: OpSpec, fixed: frozenset[int] = frozenset(),
+           out_shapes: tuple[tuple[int, ...], ...] | None = None) -> Decision:
     """The cheapest candidate whose inputs listed in ``fixed`` (pinned tensors, in-place
-    targets) keep their placements; raises ``ShardingError`` naming the alternatives."""
+    targets) keep their placements; raises ``ShardingError`` naming the alternatives.
+    ``out_shapes``, where known, drops candidates whose outputs' explicit split sizes do not
+    cut the output (Note [split rules in propagation])."""
     all_candidates = candidates(op)
+    if out_shapes is not None:
+        all_candidates = [c for c in all_candidates if _outputs_fit(c, out_shapes, op.mesh_shape)]
     tensors = op.tensors()
     feasible = [c for c in all_candidates
                 if all(c.inputs[i] == tensors[i].placements for i in fixed)]
@@ -157,6 +279,16 @@ def decide(op: OpSpec, fixed: frozenset[int] = frozenset()) -> Decision:
             f"{op.op}: no strategy keeps {fixed_txt} in place (pinned or written in place); "
             f"feasible strategies would move them:\n  {alternatives}")
     return Decision(op, feasible[0], tuple(feasible))
+
+
+def _outputs_fit(c: Candidate, out_shapes: tuple, mesh_shape: tuple[int, ...]) -> bool:
+    for p, shape in zip(c.outputs, out_shapes):
+        if has_split_rule(p):
+            try:
+                check_layout(shape, mesh_shape, p)
+            except PlacementError:
+                return False
+    return True
 
 
 def _fmt(p: Sequence[Placement]) -> str:

@@ -28,7 +28,8 @@ import torch
 
 from dtensor.ops._common import LINEAR, even_pieces, linear_partials, no_empty_piece
 from dtensor.ops.indexing import aligned_shards
-from dtensor.ops.registry import Box, OpSpec, Strategy, TensorSpec, local_function, sharding_rule
+from dtensor.ops.registry import (Box, OpSpec, Strategy, TensorSpec, local_function, sharding_rule,
+                                  takes_split_rules)
 from dtensor.placements import Partial, Replicate, Shard
 
 aten = torch.ops.aten
@@ -143,6 +144,7 @@ def _same_dtype(op: OpSpec, t: TensorSpec) -> bool:
     return out == t.dtype
 
 
+@takes_split_rules  # Note [split rules in propagation]
 def _rule(op: OpSpec) -> list[Strategy]:
     row = _TABLE[op.op]
     t = op.tensors()[0]

@@ -157,6 +157,22 @@ class Registry:
 
 REGISTRY = Registry()
 
+# Rules whose strategies pair positions one to one along the dims they shard, so they hold
+# under any split rule (Note [split rules in propagation] in dtensor/ops/propagate.py); True
+# for a rule that also tests every piece it shards (non-empty, equal), False for one that
+# tests only the pieces a non-sum Partial output reduces
+SPLIT_RULE_AWARE: dict[Rule, bool] = {}
+
+
+def takes_split_rules(rule: Rule | None = None, *, tests_pieces: bool = False) -> Any:
+    """Mark ``rule`` as holding under every split rule (Note [split rules in propagation]);
+    ``tests_pieces`` where the rule's strategies depend on every sharded piece's size."""
+    def mark(r: Rule) -> Rule:
+        SPLIT_RULE_AWARE[r] = tests_pieces
+        return r
+
+    return mark(rule) if rule is not None else mark
+
 
 def sharding_rule(*overloads: Any) -> Callable[[Rule], Rule]:
     """Register the decorated function as the rule of each aten overload given."""

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import torch
 
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
+                                  takes_split_rules,
                                   sharding_rule)
 from dtensor.placements import REDUCE_OPS, Partial, Placement, Replicate, Shard
 from dtensor.spec import contiguous_strides
@@ -74,6 +75,7 @@ def _nested_parts(op: OpSpec) -> int:
 
 # -- pure permutations of dims -----------------------------------------------------------------
 @sharding_rule(aten.transpose.int, aten.transpose_.default)
+@takes_split_rules  # Note [split rules in propagation]
 def transpose(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     a, b = _dim(op.arg(1, "dim0"), t.ndim), _dim(op.arg(2, "dim1"), t.ndim)
@@ -82,12 +84,14 @@ def transpose(op: OpSpec) -> list[Strategy]:
 
 
 @sharding_rule(aten.t.default, aten.t_.default)
+@takes_split_rules  # Note [split rules in propagation]
 def t(op: OpSpec) -> list[Strategy]:
     n = op.tensors()[0].ndim
     return _moves(op, 1, [(d, n - 1 - d) for d in range(n)])  # 0-d and 1-d: t is the identity
 
 
 @sharding_rule(aten.permute.default)
+@takes_split_rules  # Note [split rules in propagation]
 def permute(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     dims = [_dim(d, t.ndim) for d in op.arg(1, "dims")]
@@ -95,6 +99,7 @@ def permute(op: OpSpec) -> list[Strategy]:
 
 
 @sharding_rule(aten.unsqueeze.default, aten.unsqueeze_.default)
+@takes_split_rules  # Note [split rules in propagation]
 def unsqueeze(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     new = op.arg(1, "dim") % (t.ndim + 1)
@@ -103,6 +108,7 @@ def unsqueeze(op: OpSpec) -> list[Strategy]:
 
 @sharding_rule(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze_.default,
                aten.squeeze_.dim, aten.squeeze_.dims)
+@takes_split_rules  # Note [split rules in propagation]
 def squeeze(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     asked = op.arg(1, "dim", None)

@@ -39,10 +39,12 @@ from dtensor.layout import (Coord,
     local_box,
     mesh_coordinates,
     mesh_groups,
+    check_layout,
 )
 from dtensor.placements import (
     Partial,
     Placement,
+    PlacementError,
     Replicate,
     Shard,
     fmt_placements,
@@ -235,10 +237,20 @@ def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: t
     dst = normalize_placements(dst_placements, ndim, mesh_ndim, shape=global_shape)
     if src == dst:
         return ()
+    rules = _split_rules(src + dst)
+    for placements in (src, dst) if rules else ():
+        check_layout(global_shape, mesh_shape, placements)  # sizes that do not cut: say so
     ops = tuple(sorted({p.reduce_op for p in src + dst if isinstance(p, Partial)}))
-    if itemsize > 0 and _enumerates_all(ndim, len(ops), mesh_ndim):
-        return _state_graph(mesh_shape, global_shape, ops).search(src).path_to(dst)
+    if itemsize > 0 and _enumerates_all(ndim, len(ops) + len(rules), mesh_ndim):
+        return _state_graph(mesh_shape, global_shape, ops, rules).search(src).path_to(dst)
     return _plan(src, dst, mesh_shape, global_shape, itemsize)
+
+
+def _split_rules(placements: tuple[Placement, ...]) -> tuple[Shard, ...]:
+    """The Shards of ``placements`` with a split rule of their own (Note [split rules] in
+    dtensor/layout.py): the planner's universe holds them besides chunk Shards."""
+    return tuple(sorted({p for p in placements if type(p) is Shard and p.sizes is not None},
+                        key=repr))
 
 
 def distances(src_placements: Sequence[Placement | int], mesh_shape: Sequence[int],
@@ -258,20 +270,23 @@ def distances(src_placements: Sequence[Placement | int], mesh_shape: Sequence[in
     mesh_shape, global_shape = tuple(mesh_shape), tuple(global_shape)
     src = normalize_placements(src_placements, ndim, mesh_ndim, shape=global_shape)
     ops = tuple(sorted({p.reduce_op for p in src if isinstance(p, Partial)} | set(partial_ops)))
-    if itemsize <= 0 or not _enumerates_all(ndim, len(ops), mesh_ndim):
+    rules = _split_rules(src)
+    if itemsize <= 0 or not _enumerates_all(ndim, len(ops) + len(rules), mesh_ndim):
         return None
-    costs = _state_graph(mesh_shape, global_shape, ops).search(src).costs()
+    costs = _state_graph(mesh_shape, global_shape, ops, rules).search(src).costs()
     return {state: (cost >> (2 * _LOW)) * itemsize for state, cost in costs.items()}
 
 
-def _universe(ndim: int, ops: Sequence[str]) -> list[Placement]:
-    return [Shard(d) for d in range(ndim)] + [Replicate()] + [Partial(op) for op in ops]
+def _universe(ndim: int, ops: Sequence[str], rules: Sequence[Shard] = ()) -> list[Placement]:
+    return ([Shard(d) for d in range(ndim)] + [Replicate()] + [Partial(op) for op in ops]
+            + list(rules))
 
 
-def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
+def _enumerates_all(ndim: int, n_extra: int, mesh_ndim: int) -> bool:
     """Whether ``_edges`` tries every target list for every group of mesh dims: then the edges
-    out of a state do not depend on the plan's target (Note [one search per source])."""
-    return all((ndim + 1 + n_ops) ** k <= _FULL_ENUMERATION for k in range(1, mesh_ndim + 1))
+    out of a state do not depend on the plan's target (Note [one search per source]).
+    ``n_extra``: the Partial kinds and split-rule Shards in the universe besides S(d) and R."""
+    return all((ndim + 1 + n_extra) ** k <= _FULL_ENUMERATION for k in range(1, mesh_ndim + 1))
 
 
 # Note [one search per source]
@@ -290,8 +305,8 @@ def _enumerates_all(ndim: int, n_ops: int, mesh_ndim: int) -> bool:
 
 @lru_cache(maxsize=256)  # a few hundred kB at most each; a sweep's op reuses its own
 def _state_graph(mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
-                 ops: tuple[str, ...]) -> _StateGraph:
-    return _StateGraph(mesh_shape, global_shape, ops)
+                 ops: tuple[str, ...], rules: tuple[Shard, ...] = ()) -> _StateGraph:
+    return _StateGraph(mesh_shape, global_shape, ops, rules)
 
 
 class _StateGraph:
@@ -304,9 +319,9 @@ class _StateGraph:
     """
 
     def __init__(self, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
-                 ops: tuple[str, ...]) -> None:
+                 ops: tuple[str, ...], rules: tuple[Shard, ...] = ()) -> None:
         self.mesh_shape, self.global_shape = mesh_shape, global_shape
-        self.universe = _universe(len(global_shape), ops)
+        self.universe = _universe(len(global_shape), ops, rules)
         self.coords = tuple(mesh_coordinates(mesh_shape))
         self._coord_index = {c: k for k, c in enumerate(self.coords)}
         self._boxes: dict[tuple[Placement, ...], tuple[Box, ...]] = {}
@@ -355,6 +370,8 @@ class _StateGraph:
         mine = self.boxes(state)
 
         def step_to(new: tuple[Placement, ...]) -> Step | None:
+            if not _fits(new, self.mesh_shape, self.global_shape):
+                return None  # a split rule on a mesh dim or extent it does not cut
             return _classify(state, new, lambda: zip(mine, self.boxes(new)))
 
         return _edges(state, state, self.universe, self.mesh_shape, self.global_shape, step_to)
@@ -462,7 +479,7 @@ def _plan(src: tuple[Placement, ...], dst: tuple[Placement, ...], mesh_shape: tu
           global_shape: tuple[int, ...], itemsize: int) -> tuple[Step, ...]:
     """One pair's search, where the edges depend on the target (past _FULL_ENUMERATION)."""
     ops = sorted({p.reduce_op for p in src + dst if isinstance(p, Partial)})
-    universe = _universe(len(global_shape), ops)
+    universe = _universe(len(global_shape), ops, _split_rules(src + dst))
     tie = itertools.count()
     heap: list = [((0, 0, 0), next(tie), src, ())]
     done: set[tuple[Placement, ...]] = set()
@@ -508,10 +525,28 @@ def _edges(state: tuple[Placement, ...], dst: tuple[Placement, ...], universe: l
                     continue
                 target = tuple(new)
                 seen.add(target)
-                step = (classify(state, target, mesh_shape, global_shape) if step_to is None
-                        else step_to(target))
+                if step_to is not None:
+                    step = step_to(target)
+                elif _fits(target, mesh_shape, global_shape):
+                    step = classify(state, target, mesh_shape, global_shape)
+                else:
+                    step = None
                 if step is not None:
                     yield step
+
+
+@lru_cache(maxsize=65536)
+def _fits(placements: tuple[Placement, ...], mesh_shape: tuple[int, ...],
+          global_shape: tuple[int, ...]) -> bool:
+    """Whether every explicit split rule in ``placements`` cuts the extent its mesh dim
+    splits at every coordinate (Note [split rules] in dtensor/layout.py)."""
+    if not any(type(p) is Shard and type(p.sizes) is tuple for p in placements):
+        return True
+    try:
+        check_layout(global_shape, mesh_shape, placements)
+    except PlacementError:
+        return False
+    return True
 
 
 # Up to this many target lists per set of mesh dims, _edges tries them all (so 2-d meshes
