@@ -321,24 +321,28 @@ def _batch_norm(op: OpSpec, training: bool) -> list[Strategy]:
 
 
 @sharding_rule(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+@takes_split_rules(tests_pieces=True)  # Note [split rules in propagation]
 def batch_norm(op: OpSpec) -> list[Strategy]:
     """``(x, weight, bias, running_mean, running_var, training, momentum, eps)``."""
     return _batch_norm(op, bool(op.arg(5, "training")))
 
 
 @sharding_rule(aten._native_batch_norm_legit.no_stats)
+@takes_split_rules(tests_pieces=True)  # Note [split rules in propagation]
 def batch_norm_no_stats(op: OpSpec) -> list[Strategy]:
     """``(x, weight, bias, training, momentum, eps)``."""
     return _batch_norm(op, bool(op.arg(3, "training")))
 
 
 @sharding_rule(aten._native_batch_norm_legit_no_training.default)
+@takes_split_rules(tests_pieces=True)  # Note [split rules in propagation]
 def batch_norm_no_training(op: OpSpec) -> list[Strategy]:
     """``(x, weight, bias, running_mean, running_var, momentum, eps)``: eval mode."""
     return _batch_norm(op, False)
 
 
 @sharding_rule(aten.native_batch_norm_backward.default)
+@takes_split_rules(tests_pieces=True)  # Note [split rules in propagation]
 def batch_norm_backward(op: OpSpec) -> list[Strategy]:
     """``(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
     output_mask) -> (grad_x, grad_weight, grad_bias)``. Channels: everything channel-sharded
@@ -365,6 +369,7 @@ def batch_norm_backward(op: OpSpec) -> list[Strategy]:
 
 
 @sharding_rule(aten._batch_norm_with_update.default)
+@takes_split_rules(tests_pieces=True)  # Note [split rules in propagation]
 def batch_norm_with_update(op: OpSpec) -> list[Strategy]:
     """``(x, weight, bias, running_mean!, running_var!, momentum, eps) -> (y, save_mean,
     save_invstd, reserve)``, always training: the statistics span every dim but the channel

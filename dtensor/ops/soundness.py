@@ -19,12 +19,12 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from dtensor.layout import local_box, local_shape, mesh_coordinates
+from dtensor.layout import check_layout, local_box, local_shape, mesh_coordinates
 from dtensor.redistribute.reference import shard_full, unshard
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Candidate, candidates
 from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, Registry, TensorSpec
-from dtensor.placements import Placement, Replicate, fmt_placements
+from dtensor.placements import Placement, PlacementError, Replicate, fmt_placements
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,11 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
                                          if isinstance(t, torch.Tensor)])
     if len(expected) != len(cand.outputs):
         return f"the op returns {len(expected)} tensors but the strategy places {len(cand.outputs)}"
+    for j, (full_out, placements) in enumerate(zip(expected, cand.outputs)):
+        try:  # explicit split sizes must cut the output (Note [split rules] in layout.py)
+            check_layout(tuple(full_out.shape), mesh_shape, placements)
+        except PlacementError as e:
+            return f"output {j} of shape {tuple(full_out.shape)} cannot be laid out: {e}"
     per_rank: dict[tuple[int, ...], list[torch.Tensor]] = {}
     guard = GUARDS.get(cand.local)
     for c in mesh_coordinates(mesh_shape):

@@ -61,8 +61,9 @@ def _graph():
      "annotated twice"),  # x_1: the placeholder's node name
     ({"x": [Shard(0), R]}, ["x"], "not a ShardSpec"),
     ({"mm": ShardSpec([Partial("max"), R])}, ["mm"], "no strategy of aten.mm"),
+    ({"x": ShardSpec([Shard(0, sizes=(5, 3)), R])}, ["x"], r"torch.chunk pieces only, not S\(0\)"),
 ], ids=["shard-dim-beyond-rank", "wrong-placement-count", "unknown", "partial-input",
-        "twice", "not-a-spec", "no-strategy"])
+        "twice", "not-a-spec", "no-strategy", "split-rule"])
 def test_impossible_annotations_raise_naming_the_values(annotations, names, match):
     assert [n.name for n in _graph().placeholders()] == ["x_1", "w_1"]
     with pytest.raises(AnnotationError, match=match) as info:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dtensor.ops.propagate import candidates
+from dtensor.ops.propagate import candidates, decide
 from dtensor.ops.registry import REGISTRY, SPLIT_RULE_AWARE, OpSpec, TensorSpec
 from dtensor.ops.soundness import check_candidate
 from dtensor.placements import Partial, Replicate, Shard, fmt_placements, has_split_rule
@@ -146,14 +146,12 @@ def _op_spec_flat(op, args, flat, mesh):
     return OpSpec(op, tuple(describe(a) for a in args), (), mesh)
 
 
-def test_an_input_rule_that_does_not_cut_the_output_is_not_kept():
-    # sum over dim 0 keeps dim 1, and the rule (3, 5, 0, 2) cuts 10, not dim 1's 6: the
-    # lifted S(1)[3,5,0,2] of a (6, 10) -> t -> ... never appears where the extent differs
-    spec = _op_spec(aten.add.Tensor, (_x(10, 6), _x(10, 6)), [(EXPLICIT,), (R,)], ONE_D)
-    for c in candidates(spec):
-        for p in c.outputs:
-            if has_split_rule(p):
-                assert p == (EXPLICIT,)
+def test_decide_drops_candidates_whose_sizes_do_not_cut_the_output():
+    spec = _op_spec(aten.add.Tensor, (_x(10, 6), _x(10, 6)), [(EXPLICIT,), (EXPLICIT,)], ONE_D)
+    assert decide(spec, frozenset(), ((10, 6),)).chosen.outputs == ((EXPLICIT,),)
+    # told the output has 9 rows (as if the op cut one), (3, 5, 0, 2) cannot lay it out
+    chosen = decide(spec, frozenset(), ((9, 6),)).chosen
+    assert not has_split_rule(chosen.outputs[0]) and chosen.cost > 0
 
 
 def test_two_inputs_under_different_rules_meet_under_one():
