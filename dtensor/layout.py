@@ -250,3 +250,31 @@ def mesh_groups(mesh_shape: Sequence[int],
             members.append(tuple(coord))
         groups.append(members)
     return groups
+
+
+def layout_picture(global_shape: Sequence[int], mesh_shape: Sequence[int],
+                   placements: Sequence[Placement]) -> str:
+    """Which ranks hold each element of a 1-d or 2-d tensor: one row of the tensor per line,
+    each element as the ranks (row-major over the mesh) holding it, ``.`` for none. For the
+    docs' pictures of each layout (docs/placements.md).
+
+    >>> print(layout_picture((10,), (4,), [Shard(0, sizes=(3, 5, 0, 2))]))
+    0 0 0 1 1 1 1 1 3 3
+    >>> print(layout_picture((3, 4), (2, 2), [Shard(0), Shard(1, sizes="balanced")]))
+    0 0 1 1
+    0 0 1 1
+    2 2 3 3
+    """
+    shape = tuple(global_shape)
+    if len(shape) not in (1, 2):
+        raise ValueError(f"layout_picture draws 1-d and 2-d tensors, got shape {shape}")
+    rows, cols = (1, shape[0]) if len(shape) == 1 else shape
+    held: list[list[str]] = [[""] * cols for _ in range(rows)]
+    for rank, coord in enumerate(mesh_coordinates(mesh_shape)):
+        box = local_box(shape, mesh_shape, placements, coord)
+        (r0, r1), (c0, c1) = ((0, 1), box[0]) if len(shape) == 1 else box
+        for r in range(r0, r1):
+            for c in range(c0, c1):
+                held[r][c] += str(rank) if rank < 10 else f"({rank})"
+    width = max((len(h) for row in held for h in row), default=1) or 1
+    return "\n".join(" ".join((h or ".").ljust(width) for h in row).rstrip() for row in held)
