@@ -49,6 +49,7 @@ from typing import Any, Sequence
 
 import torch
 
+from dtensor.layout import local_box, mesh_coordinates
 from dtensor.ops._common import no_empty_piece
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
                                   takes_split_rules,
@@ -149,7 +150,7 @@ def _call(op: OpSpec) -> _Call:
     return _Call(tuple(slots), tuple(positions), name, kind, lead, bool(written), n_out)
 
 
-@takes_split_rules  # Note [split rules in propagation]
+@takes_split_rules(reads=True)  # Note [split rules in propagation]
 def foreach_rule(op: OpSpec) -> list[Strategy]:
     """Strategies for one mesh dim: keep, follow (out of place only), all Replicate.
 
@@ -212,8 +213,9 @@ def _shard_position(at: dict[str, int], tensors: list[TensorSpec], lead: str,
     for k in at.values():
         u = tensors[k]
         a = d - (len(shape) - u.ndim)
-        ins[k] = Shard(a) if a >= 0 and u.shape[a] == shape[d] else R
-    return ins, Shard(d)
+        # the lead's split rule: the same extent, so element i meets element i
+        ins[k] = p.with_dim(a) if a >= 0 and u.shape[a] == shape[d] else R
+    return ins, p.with_dim(d)
 
 
 def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -257,7 +259,7 @@ def _reduction_position(op: OpSpec, call: _Call, at: dict[str, int], tensors: li
     if isinstance(p, Shard):
         kind = _over_shard(call.name, op)
         if kind in ("max", "min") and not (_identity_ok(call, tensors)
-                                           or no_empty_piece(op, t.shape[p.dim])):
+                                           or _no_empty_piece_held(op, t, p)):
             kind = None  # an empty piece has no max: Note [foreach norms]
         out = Partial(kind) if kind is not None else None
     elif isinstance(p, Partial) and call.name == "max" and p.reduce_op == "max":
@@ -336,3 +338,12 @@ def foreach_overloads() -> list[object]:
 
 
 sharding_rule(*foreach_overloads())(foreach_rule)
+
+
+def _no_empty_piece_held(op: OpSpec, t: TensorSpec, p: Shard) -> bool:
+    """No piece of ``t``'s dim ``p.dim`` is empty: under chunk's rule for any earlier mesh
+    dims (``no_empty_piece``), under a split rule as ``t`` holds it."""
+    if p.sizes is None:
+        return no_empty_piece(op, t.shape[p.dim])
+    return all(b - a > 0 for a, b in (local_box(t.shape, op.mesh_shape, t.placements, c)[p.dim]
+                                      for c in mesh_coordinates(op.mesh_shape)))

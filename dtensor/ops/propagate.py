@@ -23,8 +23,10 @@ split a dim, shifts, or gathers, which stay unmarked. Rules also test the pieces
 kept only where its pieces are equal wherever chunk's are and non-empty wherever chunk's are,
 so every such test the rule passed holds for it too. A lifted candidate whose explicit sizes
 do not cut a tensor's extent is dropped (inputs here, outputs where the output shapes are
-known: ``decide``'s ``out_shapes``). The soundness harness checks lifted strategies as any
-other (tests/rules/test_split_rules.py).
+known: ``decide``'s ``out_shapes``). A rule marked ``reads`` instead sees the placements as
+held and carries their rules itself: the foreach rule, whose list positions are independent
+tensors with rules of their own. The soundness harness checks these strategies as any other
+(tests/rules/test_split_rules.py).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from functools import lru_cache
 from typing import Sequence
 
 from dtensor.layout import check_layout, local_box, mesh_coordinates
-from dtensor.ops.registry import REGISTRY, SPLIT_RULE_AWARE, OpSpec, Registry, Strategy, TensorSpec
+from dtensor.ops.registry import (REGISTRY, SPLIT_RULE_AWARE, SPLIT_RULE_READERS, OpSpec,
+                                  Registry, Strategy, TensorSpec)
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
                                 chunk_rule, has_split_rule, mixes_partial_families,
                                 normalize_placements)
@@ -82,9 +85,9 @@ def candidates(op: OpSpec, registry: Registry = REGISTRY, *,
     soundness harness checks every strategy a rule can return)."""
     tensors = op.tensors()
     found: dict[tuple, Candidate] = {}
-    held = any(has_split_rule(t.placements) for t in tensors)
-    asked = _as_chunks(op) if held else op  # Note [split rules in propagation]
     rule = registry.get(op.op)
+    held = any(has_split_rule(t.placements) for t in tensors) and rule not in SPLIT_RULE_READERS
+    asked = _as_chunks(op) if held else op  # Note [split rules in propagation]
     lifts = held and rule in SPLIT_RULE_AWARE
     tests_pieces = lifts and SPLIT_RULE_AWARE[rule]
     for combo in itertools.product(*per_dim_strategies(asked, registry)):

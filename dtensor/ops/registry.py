@@ -164,11 +164,21 @@ REGISTRY = Registry()
 SPLIT_RULE_AWARE: dict[Rule, bool] = {}
 
 
-def takes_split_rules(rule: Rule | None = None, *, tests_pieces: bool = False) -> Any:
+# Rules that read their inputs' split rules themselves and keep them (each list position of
+# a foreach op its own): they see the placements as held, and are not lifted
+SPLIT_RULE_READERS: set[Rule] = set()
+
+
+def takes_split_rules(rule: Rule | None = None, *, tests_pieces: bool = False,
+                      reads: bool = False) -> Any:
     """Mark ``rule`` as holding under every split rule (Note [split rules in propagation]);
-    ``tests_pieces`` where the rule's strategies depend on every sharded piece's size."""
+    ``tests_pieces`` where the rule's strategies depend on every sharded piece's size;
+    ``reads`` where the rule sees the held placements and carries their rules itself."""
     def mark(r: Rule) -> Rule:
-        SPLIT_RULE_AWARE[r] = tests_pieces
+        if reads:
+            SPLIT_RULE_READERS.add(r)
+        else:
+            SPLIT_RULE_AWARE[r] = tests_pieces
         return r
 
     return mark(rule) if rule is not None else mark

@@ -63,18 +63,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from dtensor.layout import box_shape, local_box
+from dtensor.layout import box_shape, check_layout, local_box
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
 from dtensor.parallel.fsdp_comm import GradPiece, PendingGather, Pieces, pieces_of
 from dtensor.parallel.fsdp_hooks import Run, after_forward, before_forward
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
-from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.placements import Partial, Placement, PlacementError, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides
 from dtensor.tensor import DTensor
@@ -213,6 +213,7 @@ def _become_fsdp_module(module: nn.Module) -> None:
 
 
 def fully_shard(module: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: bool = True,
+                shard_placement_fn: Callable[[nn.Parameter], Shard | None] | None = None,
                 mp_policy: MixedPrecisionPolicy = MixedPrecisionPolicy()) -> nn.Module:
     """Shard ``module``'s parameters (those not already managed by a fully sharded or
     replicated submodule) over the data-parallel ``mesh``, gather them around the module's
@@ -220,8 +221,11 @@ def fully_shard(module: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: b
     Apply it to each block, then to the root. A 2-d ``mesh`` is (replicate, shard): hybrid
     sharding (Note [HSDP]). Parameters that are DTensors on a tensor-parallel mesh cut from
     the same mesh as ``mesh`` keep that sharding too (Note [fully_shard layout]).
-    ``mp_policy`` sets the dtypes (Note [mixed precision in fully_shard]). Returns
-    ``module``, now also an :class:`FSDPModule`.
+    ``mp_policy`` sets the dtypes (Note [mixed precision in fully_shard]).
+    ``shard_placement_fn(param)``, as torch's, picks a parameter's dp placement (None: the
+    default ``Shard(0)``); it may return a split rule, ``Shard(0, sizes="balanced")`` or
+    explicit sizes per dp rank (Note [split rules] in dtensor/layout.py), on parameters that
+    are not also tensor-parallel. Returns ``module``, now also an :class:`FSDPModule`.
 
     >>> import torch, simpg
     >>> from torch import nn
@@ -234,7 +238,8 @@ def fully_shard(module: nn.Module, mesh: DeviceMesh, *, reshard_after_forward: b
     >>> simpg.run(body, 2)
     [((Shard(dim=0),), (2, 4), (2, 4)), ((Shard(dim=0),), (1, 4), (1, 4))]
     """
-    return _data_parallel(module, mesh, "shard", reshard_after_forward, mp_policy)
+    return _data_parallel(module, mesh, "shard", reshard_after_forward, mp_policy,
+                          shard_placement_fn)
 
 
 def replicate(module: nn.Module, mesh: DeviceMesh) -> nn.Module:
@@ -260,7 +265,9 @@ def data_parallel_state(module: nn.Module) -> _State | None:
 
 
 def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str, reshard_after_forward: bool,
-                   mp_policy: MixedPrecisionPolicy) -> nn.Module:
+                   mp_policy: MixedPrecisionPolicy,
+                   shard_placement_fn: Callable[[nn.Parameter], Shard | None] | None = None
+                   ) -> nn.Module:
     what = "fully_shard" if mode == "shard" else "replicate"
     if not isinstance(module, nn.Module):
         raise TypeError(f"{what}: expected an nn.Module, got {type(module).__name__}")
@@ -282,7 +289,8 @@ def _data_parallel(module: nn.Module, mesh: DeviceMesh, mode: str, reshard_after
                               f"{type(mp_policy).__name__}")
     state = _State(module, mode, reshard_after_forward, mp_policy)
     for owner, name, param in _own_parameters(module):
-        state.params.append(_shard_parameter(owner, name, param, mesh, mode, what))
+        dp_shard = shard_placement_fn(param) if shard_placement_fn is not None else None
+        state.params.append(_shard_parameter(owner, name, param, mesh, mode, what, dp_shard))
     module.__dict__["_dtensor_dp_state"] = state
     _become_fsdp_module(module)
     state.handles.append(module.register_forward_pre_hook(
@@ -312,11 +320,13 @@ def _own_parameters(module: nn.Module) -> list[tuple[nn.Module, str, nn.Paramete
 
 
 def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: DeviceMesh,
-                     mode: str, what: str) -> _Managed:
+                     mode: str, what: str, dp_shard: Shard | None = None) -> _Managed:
     root, dp_dims = dp_mesh.root_mesh()
     dp_placement: Placement = Replicate()
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
         dp_placement = Shard(0)  # Note [fully_shard layout]
+        if dp_shard is not None:
+            dp_placement = _chosen_shard(dp_shard, param, dp_mesh, owner, name, what)
     dp_dim = dp_dims[-1]  # the shard dim; Note [HSDP]: replicas on the first of two
     shape = tuple(param.shape)
     if not isinstance(param, DTensor):
@@ -350,6 +360,29 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
     managed = _Managed(owner, name, stored, mesh, dp_dim, replicate_dim, compute_mesh)
     managed.pieces = pieces_of(managed)
     return managed
+
+
+def _chosen_shard(chosen: Any, param: nn.Parameter, dp_mesh: DeviceMesh, owner: nn.Module,
+                  name: str, what: str) -> Shard:
+    """``shard_placement_fn``'s answer for ``param``, checked: a Shard of one of its dims; a
+    split rule only on a parameter that is not also tensor-parallel."""
+    where = f"{what}: shard_placement_fn for {type(owner).__name__}.{name} {tuple(param.shape)}"
+    if not isinstance(chosen, Shard):
+        raise FullyShardError(f"{where} returned {chosen!r}: expected a Shard or None")
+    if not -param.dim() <= chosen.dim < param.dim():
+        raise FullyShardError(f"{where} returned {chosen!r}: expected a dim in "
+                              f"[{-param.dim()}, {param.dim() - 1}]")
+    chosen = chosen.with_dim(chosen.dim % param.dim())
+    if isinstance(param, DTensor) and chosen != Shard(0):
+        raise FullyShardError(f"{where} returned {chosen}: a parameter that is also "
+                              f"tensor-parallel is cut on dim 0 by chunk's rule (Note "
+                              f"[nested dp inside tp])")
+    if chosen.sizes is not None:
+        try:
+            check_layout(tuple(param.shape), (dp_mesh.shape[-1],), (chosen,))
+        except PlacementError as e:
+            raise FullyShardError(f"{where} returned {chosen!r}: {e}") from None
+    return chosen
 
 
 def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placement,

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from dtensor.ops.propagate import candidates, decide
-from dtensor.ops.registry import REGISTRY, SPLIT_RULE_AWARE, OpSpec, TensorSpec
+from dtensor.ops.registry import (REGISTRY, SPLIT_RULE_AWARE, SPLIT_RULE_READERS, OpSpec,
+                                  TensorSpec)
 from dtensor.ops.soundness import check_candidate
 from dtensor.placements import Partial, Replicate, Shard, fmt_placements, has_split_rule
 from tests.support.cases import case_id
@@ -83,6 +84,15 @@ CASES = [
     # nested: both mesh dims cut dim 0, the inner one each outer piece
     (aten.mul.Tensor, (_x(10, 6), _x(10, 6, seed=1)),
      [(BALANCED, BALANCED), (BALANCED, BALANCED)], (2, 2), True),
+    # foreach ops read each list position's own rule (``reads``): no lifting, kept as held
+    (aten._foreach_add.List, ([_x(10, 6), _x(8)], [_x(10, 6, seed=1), _x(8, seed=1)]),
+     [(EXPLICIT,), (Shard(0, sizes=(0, 0, 4, 4)),), (EXPLICIT,), (Shard(0, sizes=(0, 0, 4, 4)),)],
+     ONE_D, True),
+    (aten._foreach_mul_.Scalar, ([_x(10, 6), _x(8)], 0.5),
+     [(BALANCED,), (Shard(0, sizes=(0, 0, 4, 4)),)], ONE_D, True),
+    # an inf-norm over pieces some of which are empty: no P(max) (it has no identity)
+    (aten._foreach_norm.Scalar, ([_x(8), _x(10)], float("inf")),
+     [(Shard(0, sizes=(0, 0, 4, 4)),), (EXPLICIT,)], ONE_D, None),
     # families that see chunk pieces only: the input moves, the result is still right
     (aten.view.default, (_x(10, 6), [5, 2, 6]), [(EXPLICIT,)], ONE_D, False),
     (aten.cat.default, ([_x(10, 6), _x(10, 6, seed=1)], 1), [(EXPLICIT,), (EXPLICIT,)], ONE_D,
@@ -123,12 +133,12 @@ def test_every_candidate_is_sound_and_the_rule_is_kept_where_it_can_be(case):
                            f"{' '.join(map(fmt_placements, c.outputs))}: {reason}")
     assert not unsound, "\n".join(unsound)
     chosen = candidates(spec)[0]
-    aware = REGISTRY.get(op) in SPLIT_RULE_AWARE
+    aware = REGISTRY.get(op) in SPLIT_RULE_AWARE or REGISTRY.get(op) in SPLIT_RULE_READERS
     assert aware == (keeps is not False)
     if keeps:  # the input stays where it is: nothing moves
         assert chosen.cost == 0, f"{chosen}"
         assert any(has_split_rule(p) for p in chosen.inputs)
-    else:  # rules see chunk pieces: no candidate claims a split rule
+    elif keeps is False:  # rules see chunk pieces: no candidate claims a split rule
         assert not any(has_split_rule(p) for c in found for p in c.inputs + c.outputs)
 
 
