@@ -3,7 +3,9 @@
 For an OpInfo's first sample on 4 ranks, each fixed sharded case of the chunk tier
 (``cases.base_assignments``) runs three times in one world: as it is, with every Shard
 balanced, and with every Shard cut by explicit sizes (chunk's sizes reversed, so the empty
-pieces come first). Forward and backward results must equal one device wherever chunk's do:
+pieces come first). The soundness harness also checks, for the op's aten call held under
+each rule, every candidate that keeps a split rule (the others are chunk's, which the
+default tier checks). Forward and backward results must equal one device wherever chunk's do:
 a case that
 passes under chunk's rule and fails under another is a split-rule bug, unless it is listed in
 ``SPLIT_EXPECTED`` with its reason (an unexpected pass of a listed one fails too, so the list
@@ -14,10 +16,17 @@ from __future__ import annotations
 
 import pytest
 
+import dataclasses
+import warnings
+
 from dtensor.layout import chunk_bounds
-from dtensor.placements import Placement, Shard
+from dtensor.ops.propagate import candidates
+from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
+from dtensor.ops.soundness import check_candidate, op_spec
+from dtensor.placements import Placement, Shard, chunk_rule, has_split_rule
 from opdb_tests import sweep
-from opdb_tests.cases import aten_call, base_assignments, entries, fmt_placements, samples
+from opdb_tests.cases import (aten_call, base_assignments, entries, fmt_placements, samples,
+                              tolerances)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -61,8 +70,8 @@ def split_failures(e) -> list[str]:
                 pl = placements if rule == "chunk" else _under(rule, tensors, placements)
                 cases.append((e, s, call, pl, tier))
                 labels.append((rule, f"{tier} {fmt_placements(pl)}"))
+    out = _unsound_kept_rules(e, s, call, cases)
     results = sweep.run_world(MESH, cases) if cases else []
-    out = []
     for i in range(0, len(results), 3):
         chunk, *others = results[i:i + 3]
         if chunk is not None:
@@ -70,6 +79,56 @@ def split_failures(e) -> list[str]:
         out += [f"{labels[i + 1 + k][1]}: {f.reason}" for k, f in enumerate(others)
                 if f is not None]
     return out
+
+
+def _held(spec: OpSpec, call, placements) -> OpSpec:
+    """``spec`` (every tensor Replicate) with its aten tensors held as ``placements`` says
+    (indexed like the sample's tensors)."""
+    it = iter(call.tensor_index)
+
+    def held(x):
+        if isinstance(x, TensorSpec):
+            return dataclasses.replace(x, placements=tuple(placements[next(it)]))
+        if type(x) is tuple:
+            return tuple(held(v) for v in x)
+        return x
+
+    return dataclasses.replace(spec, args=held(spec.args),
+                               kwargs=tuple((k, held(v)) for k, v in spec.kwargs))
+
+
+def _unsound_kept_rules(e, s, call, cases) -> list[str]:
+    if call is None or call.func not in REGISTRY:
+        return []
+    rtol, atol = tolerances(e.dtype)
+    out, seen = [], set()
+    for _, _, _, placements, _ in cases:
+        if not has_split_rule([p for ps in placements for p in ps]) or placements in seen:
+            continue
+        seen.add(placements)
+        spec = _held(op_spec(call.func, call.args, call.kwargs, MESH), call, placements)
+        for c in candidates(spec, dispatchable_only=False):
+            if not any(has_split_rule(p) for p in c.inputs + c.outputs):
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                reason = check_candidate(call.func, call.args, call.kwargs, c, MESH,
+                                         rtol=rtol, atol=atol)
+            if reason and _chunk_twin_sound(call, c, rtol, atol):
+                out.append(f"sound {fmt_placements(c.inputs)} -> {fmt_placements(c.outputs)}: "
+                           f"{reason}")
+    return out
+
+
+def _chunk_twin_sound(call, c, rtol: float, atol: float) -> bool:
+    """Whether ``c`` with every Shard under chunk's rule is sound: where it is not, the chunk
+    tier's verdict (expected_failures.py) covers the split one too."""
+    twin = dataclasses.replace(c, inputs=tuple(map(chunk_rule, c.inputs)),
+                               outputs=tuple(map(chunk_rule, c.outputs)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return check_candidate(call.func, call.args, call.kwargs, twin, MESH, rtol=rtol,
+                               atol=atol) is None
 
 
 def _check(e) -> None:
