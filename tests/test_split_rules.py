@@ -291,3 +291,30 @@ def _compiled(mesh):
 
 def test_torch_compile_carries_a_split_rule_forward_and_backward():
     assert all(run_on_mesh((4,), _compiled))
+
+
+def _view_chain(mesh):
+    torch.manual_seed(0)
+    x = torch.randn(12, 4, requires_grad=True)  # (batch * heads, dim), 2 heads a batch row
+    rows = Shard(0, sizes=(6, 2, 2, 2))  # whole batch rows: 3, 1, 1, 1 of 6
+    d = distribute_tensor(x.detach(), mesh, [rows]).requires_grad_()
+    with CommDebugMode() as comm:
+        heads = d.view(6, 2, 4)          # unflatten (batch, heads)
+        mixed = torch.softmax(heads, dim=1) * heads
+        flat = mixed.reshape(12, 4)      # flatten back
+        out = flat.flatten()             # and to one dim
+    assert comm.get_total_counts() == 0, comm.get_comm_counts()
+    assert heads.placements == (Shard(0, sizes=(3, 1, 1, 1)),)
+    assert flat.placements == (rows,)
+    assert out.placements == (Shard(0, sizes=(24, 8, 8, 8)),)
+    want = (torch.softmax(x.view(6, 2, 4), dim=1) * x.view(6, 2, 4)).reshape(12, 4).flatten()
+    assert torch.allclose(out.full_tensor(), want)
+    out.sum().backward()
+    want.sum().backward()
+    assert d.grad.placements == (rows,)
+    assert torch.allclose(d.grad.full_tensor(), x.grad, atol=1e-6)
+    return True
+
+
+def test_view_chains_keep_head_aligned_pieces_without_communication():
+    assert all(run_on_mesh((4,), _view_chain))

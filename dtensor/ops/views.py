@@ -34,6 +34,7 @@ import torch
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
                                   takes_split_rules,
                                   sharding_rule)
+from dtensor.layout import split_bounds
 from dtensor.placements import REDUCE_OPS, Partial, Placement, Replicate, Shard
 from dtensor.spec import contiguous_strides
 
@@ -294,13 +295,53 @@ def view_shards(src: Sequence[int], dst: Sequence[int], parts: int) -> list[tupl
 
 
 @sharding_rule(aten.view.default, aten._unsafe_view.default)
+@takes_split_rules(reads=True)  # Note [views of split rules]
 def view(op: OpSpec) -> list[Strategy]:
     t = op.tensors()[0]
     sizes = list(op.arg(1, "size"))
     dst = _resolve(sizes, math.prod(t.shape))
     pairs = view_shards(t.shape, dst, _nested_parts(op))
+    found = _moves(op, 1, pairs) + _split_rule_views(op, t, dst)
     # each rank reshapes its own piece: Note [a piece's own strides]
-    return [dataclasses.replace(s, local="view_piece") for s in _moves(op, 1, pairs)]
+    return [dataclasses.replace(s, local="view_piece") for s in found]
+
+
+# Note [views of split rules]
+# ``view`` sees its input's split rule (Note [split rules] in dtensor/layout.py) and keeps the
+# tensor sharded wherever each piece is still one box of the output: for a run of dims
+# (Note [view shards]) whose outermost input dim ``a`` holds the rule, piece j's rows
+# [lo, hi) of ``a`` are the flat range [lo * inner_in, hi * inner_in) of the run, which is rows
+# [lo * inner_in / inner_out, ...) of the output run's outermost dim when every cut divides by
+# the output's inner size. (B * H, D) -> (B, H, D) with pieces of whole heads groups, cut where
+# chunk's rule would cut inside a group: S(0)[6, 2, 2, 2] of 12 rows with H = 2 gives
+# S(0)[3, 1, 1, 1] of B = 6, no communication where chunk's pieces (3, 3, 3, 3) could not. The
+# output takes explicit sizes (a balanced input's scaled pieces need not be balanced).
+# Only a dim no other mesh dim cuts (a nested cut would need every outer piece to align).
+def _split_rule_views(op: OpSpec, t: TensorSpec, dst: Sequence[int]) -> list[Strategy]:
+    p = t.placements[op.mesh_dim]
+    if not (isinstance(p, Shard) and p.sizes is not None) or math.prod(t.shape) == 0:
+        return []
+    if any(isinstance(q, Shard) and q.dim == p.dim
+           for m, q in enumerate(t.placements) if m != op.mesh_dim):
+        return []
+    src = tuple(t.shape)
+    n = op.mesh_dim_size
+    bounds = [split_bounds(src[p.dim], n, j, p.sizes) for j in range(n)]
+    for gi, go in view_groups(src, dst):
+        outer_i = next((d for d in gi if src[d] != 1), None)
+        outer_o = next((d for d in go if dst[d] != 1), None)
+        if outer_i != p.dim or outer_o is None:
+            continue
+        inner_in = math.prod(src[d] for d in gi if d > outer_i)
+        inner_out = math.prod(dst[d] for d in go if d > outer_o)
+        cuts = [lo * inner_in for lo, _ in bounds] + [bounds[-1][1] * inner_in]
+        if any(c % inner_out for c in cuts):
+            return []
+        if inner_in == inner_out:  # the dim comes through whole: the rule as it is
+            return [Strategy((p,), (p.with_dim(outer_o),))]
+        rows = [(hi - lo) * inner_in // inner_out for lo, hi in bounds]
+        return [Strategy((p,), (Shard(outer_o, tuple(rows)),))]
+    return []
 
 
 # Note [a piece's own strides]

@@ -93,8 +93,15 @@ CASES = [
     # an inf-norm over pieces some of which are empty: no P(max) (it has no identity)
     (aten._foreach_norm.Scalar, ([_x(8), _x(10)], float("inf")),
      [(Shard(0, sizes=(0, 0, 4, 4)),), (EXPLICIT,)], ONE_D, None),
+    # views keep a split rule where every piece stays one box (Note [views of split rules])
+    (aten.view.default, (_x(12, 4), [6, 2, 4]), [(Shard(0, sizes=(6, 2, 2, 2)),)], ONE_D, True),
+    (aten.view.default, (_x(6, 2, 4), [12, 4]), [(Shard(0, sizes=(3, 1, 1, 1)),)], ONE_D, True),
+    (aten.view.default, (_x(12, 4), [48]), [(BALANCED,)], ONE_D, True),
+    (aten.view.default, (_x(10, 6), [10, 3, 2]), [(EXPLICIT,)], ONE_D, True),
+    # an odd piece (3 rows) cannot hold whole pairs: the input moves
+    (aten.view.default, (_x(10, 6), [5, 2, 6]), [(EXPLICIT,)], ONE_D, None),
+    (aten.view.default, (_x(12, 4), [6, 2, 4]), [(BALANCED, BALANCED)], (2, 2), None),  # nested
     # families that see chunk pieces only: the input moves, the result is still right
-    (aten.view.default, (_x(10, 6), [5, 2, 6]), [(EXPLICIT,)], ONE_D, False),
     (aten.cat.default, ([_x(10, 6), _x(10, 6, seed=1)], 1), [(EXPLICIT,), (EXPLICIT,)], ONE_D,
      False),
     (aten.flip.default, (_x(10, 6), [0]), [(EXPLICIT,)], ONE_D, False),
@@ -135,6 +142,8 @@ def test_every_candidate_is_sound_and_the_rule_is_kept_where_it_can_be(case):
     chosen = candidates(spec)[0]
     aware = REGISTRY.get(op) in SPLIT_RULE_AWARE or REGISTRY.get(op) in SPLIT_RULE_READERS
     assert aware == (keeps is not False)
+    if REGISTRY.get(op) in SPLIT_RULE_READERS and keeps is None:
+        assert not any(has_split_rule(p) for p in chosen.outputs), chosen
     if keeps:  # the input stays where it is: nothing moves
         assert chosen.cost == 0, f"{chosen}"
         assert any(has_split_rule(p) for p in chosen.inputs)
