@@ -45,6 +45,7 @@ import torch.distributed as dist
 from dtensor.redistribute import collective_layout as cl
 from dtensor import comm
 from dtensor.comm import AsyncCollectiveTensor, Handle
+from dtensor.comm.functional import tracing
 from dtensor.layout import Coord, Box, box_shape, local_box, local_shape
 from dtensor.redistribute.reference import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.redistribute.reference import StepError, one_partial_op
@@ -221,6 +222,18 @@ def _all_gather(step: Step, where: _Where) -> Runner:
     return comm.prepare_all_gather_cat(shapes, dim, where.mesh.group_for(step.mesh_dims))
 
 
+# Note [every rank's backward collective]
+# Compiled, a collective's backward is the traced collective's own autograd formula, and
+# AOTAutograd traces it only on a path from the loss to an input that requires grad. A rank
+# that receives nothing in an all_to_all (it keeps its whole new piece) drops the empty
+# buffer, and a rank that sends nothing sends a fresh empty tensor: on either, the path is
+# cut and its compiled backward skips the reverse all_to_all the other ranks issue, in which
+# it must send the gradient of what it received and get that of what it gave away. That is a
+# mismatch on simpg, a hang or a wrong gradient on NCCL (an S(0)[3,5,0,2] -> S(0) move under
+# inductor did it). So the send buffer is always a slice of the piece, and while tracing an
+# empty receive buffer joins the result (plus its sum, 0: only -0.0 turns into 0.0), so
+# every rank's backward issues the reverse exchange. Eager needs none of it: Redistribute's
+# backward runs the reverse plan on every rank.
 def _all_to_all(step: Step, where: _Where) -> Runner:
     g, me = where.group(step)
     ex = cl.exchange(step, where.mesh_shape, where.global_shape, g)[me]
@@ -238,7 +251,8 @@ def _all_to_all(step: Step, where: _Where) -> Runner:
     def run(t: torch.Tensor) -> Handle[torch.Tensor]:
         # To each peer j: the sub-blocks of j's new piece that this rank provides, packed flat.
         parts = [t[index].reshape(-1) for indices in sends for index in indices]
-        received = issue(torch.cat(parts) if parts else t.new_empty(0))
+        # sending nothing, still a slice of t: Note [every rank's backward collective]
+        received = issue(torch.cat(parts) if parts else t.reshape(-1)[:0])
 
         def unpack(buf: torch.Tensor) -> torch.Tensor:
             new = t.new_empty(target)
@@ -251,6 +265,8 @@ def _all_to_all(step: Step, where: _Where) -> Runner:
                     n = math.prod(shape)
                     new[into] = part[at:at + n].view(shape)
                     at += n
+            if buf.numel() == 0 and tracing(buf):  # Note [every rank's backward collective]
+                new = new + buf.sum()  # the sum of nothing: 0
             return new
 
         return received.then(unpack)
