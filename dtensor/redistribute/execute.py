@@ -251,8 +251,12 @@ def _all_to_all(step: Step, where: _Where) -> Runner:
     def run(t: torch.Tensor) -> Handle[torch.Tensor]:
         # To each peer j: the sub-blocks of j's new piece that this rank provides, packed flat.
         parts = [t[index].reshape(-1) for indices in sends for index in indices]
-        # sending nothing, still a slice of t: Note [every rank's backward collective]
-        received = issue(torch.cat(parts) if parts else t.reshape(-1)[:0])
+        if parts:
+            send = torch.cat(parts)
+        else:  # nothing to send: traced, still a slice of t (Note [every rank's backward
+            # collective]); eager, no copy of t for it
+            send = t.reshape(-1)[:0] if tracing(t) else t.new_empty(0)
+        received = issue(send)
 
         def unpack(buf: torch.Tensor) -> torch.Tensor:
             new = t.new_empty(target)
