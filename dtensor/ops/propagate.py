@@ -17,15 +17,17 @@ one: on a mesh dim where an input holds ``Shard(d, sizes=r)`` and the strategy a
 for ``Shard(d)``, every Shard of that mesh dim, inputs and outputs, takes rule ``r``. That is
 right exactly when the strategy pairs positions one to one along the dims it shards (element
 i of the sharded dim of one tensor meets element i of the others'): pointwise ops, matmul's
-M/N/K, reductions and softmax over other dims, transposes. It is not for views that merge or
-split a dim, shifts, or gathers, which stay unmarked. Rules also test the pieces they shard
-(a mean over a sharded dim needs equal pieces, a max non-empty ones): a lifted strategy is
-kept only where its pieces are equal wherever chunk's are and non-empty wherever chunk's are,
-so every such test the rule passed holds for it too. A lifted candidate whose explicit sizes
+M/N/K, reductions and softmax over other dims, transposes. It is not for shifts, gathers or
+concatenations, which stay unmarked. Rules also test the pieces they shard (a mean over a
+sharded dim needs equal pieces, a max non-empty ones): a lifted strategy is kept only where
+its pieces are equal wherever chunk's are and non-empty wherever chunk's are, on the mesh dims
+the rule may have tested (every lifted one for ``tests_pieces``, else those a non-sum Partial
+output reduces), so every such test the rule passed holds for it too. A lifted candidate whose explicit sizes
 do not cut a tensor's extent is dropped (inputs here, outputs where the output shapes are
 known: ``decide``'s ``out_shapes``). A rule marked ``reads`` instead sees the placements as
 held and carries their rules itself: the foreach rule, whose list positions are independent
-tensors with rules of their own. The soundness harness checks these strategies as any other
+tensors with rules of their own, and ``view``, which keeps a rule where the pieces stay blocks
+of the output (Note [views of split rules] in dtensor/ops/views.py). The soundness harness checks these strategies as any other
 (tests/rules/test_split_rules.py).
 """
 
