@@ -82,9 +82,8 @@ def split_bounds(size: int, parts: int, index: int, rule: tuple[int, ...] | str 
         return start, start + small + (index < extra)
     if len(rule) != parts or sum(rule) != size:
         raise PlacementError(
-            f"split sizes {tuple(rule)} cut {sum(rule)} elements into {len(rule)} pieces: "
-            f"expected {parts} sizes (one per rank of the mesh dim) summing to {size}, the "
-            f"extent this mesh dim splits")
+            f"expected {parts} sizes summing to {size}, the extent this mesh dim splits; got "
+            f"{len(rule)} summing to {sum(rule)}")
     start = sum(rule[:index])
     return start, start + rule[index]
 
@@ -116,13 +115,11 @@ def _local_box(
     for m, p in enumerate(placements):
         if isinstance(p, Shard):
             start, stop = bounds[p.dim]
-            if type(p.sizes) is tuple and (len(p.sizes) != mesh_shape[m]
-                                           or sum(p.sizes) != stop - start):
-                raise PlacementError(
-                    f"{p!r} on mesh dim {m} ({mesh_shape[m]} ranks) of a tensor of shape "
-                    f"{global_shape}: expected {mesh_shape[m]} sizes summing to {stop - start}, "
-                    f"the extent of dim {p.dim} this mesh dim splits")
-            lo, hi = split_bounds(stop - start, mesh_shape[m], coordinate[m], p.sizes)
+            try:
+                lo, hi = split_bounds(stop - start, mesh_shape[m], coordinate[m], p.sizes)
+            except PlacementError as e:  # name the placement, mesh dim and tensor
+                raise PlacementError(f"{p!r} on mesh dim {m} ({mesh_shape[m]} ranks) of a "
+                                     f"tensor of shape {global_shape}: {e}") from None
             bounds[p.dim] = (start + lo, start + hi)
     return tuple(bounds)
 
@@ -135,13 +132,31 @@ def check_layout(global_shape: Sequence[int], mesh_shape: Sequence[int],
     >>> check_layout((10,), (4,), (Shard(0, sizes=(3, 5, 0, 2)),))
     """
     shape, mesh, pl = tuple(global_shape), tuple(mesh_shape), tuple(placements)
-    if any(type(p) is Shard and p.sizes == "measured" for p in pl):
-        split_bounds(1, 1, 0, "measured")  # raises: only from_local measures
-    if not any(type(p) is Shard and type(p.sizes) is tuple for p in pl):
-        _check(shape, mesh, pl, (0,) * len(mesh))
+    if not any(type(p) is Shard and p.sizes not in (None, "balanced") for p in pl):
+        _check(shape, mesh, pl, (0,) * len(mesh))  # chunk and balanced cut any extent
         return
     for coord in mesh_coordinates(mesh):
         _local_box(shape, mesh, pl, coord)
+
+
+@lru_cache(maxsize=65536)
+def _lays_out(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+              placements: tuple[Placement, ...]) -> bool:
+    try:
+        check_layout(global_shape, mesh_shape, placements)
+    except PlacementError:
+        return False
+    return True
+
+
+def lays_out(global_shape: Sequence[int], mesh_shape: Sequence[int],
+             placements: Sequence[Placement]) -> bool:
+    """``check_layout`` as a yes or no, for searches that skip what does not fit.
+
+    >>> lays_out((9,), (4,), (Shard(0, sizes=(3, 5, 0, 2)),))
+    False
+    """
+    return _lays_out(tuple(global_shape), tuple(mesh_shape), tuple(placements))
 
 
 def local_slices(

@@ -253,8 +253,7 @@ def normalize_placements(
                 f"Shard({dim}) is out of range for {where}: expected a dim in "
                 f"[{-ndim}, {ndim - 1}]"
             )
-        out.append(Shard(dim % ndim) if isinstance(p, int) or p.sizes is None
-                   else Shard(dim % ndim, p.sizes))
+        out.append(Shard(dim % ndim) if isinstance(p, int) else p.with_dim(dim % ndim))
     families = sorted({_OP_FAMILY[p.reduce_op] for p in out if isinstance(p, Partial)})
     if len(families) > 1:
         raise PlacementError(

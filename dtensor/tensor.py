@@ -186,7 +186,7 @@ class DTensor(torch.Tensor):
             global_shape = tuple(int(s) for s in shape)
         else:
             global_shape = _even_global_shape(local_tensor.shape, mesh, placements)
-        if has_split_rule(placements):  # Note [split rules] in dtensor/layout.py
+        if has_split_rule(placements) and not run_check:  # run_check compared every piece
             check_layout(global_shape, mesh.shape, placements)
             want = local_shape(global_shape, mesh.shape, placements, mesh.get_coordinate())
             if tuple(local_tensor.shape) != want:
@@ -267,8 +267,6 @@ class DTensor(torch.Tensor):
                 raise TypeError(f"redistribute: {name} must be a torch.dtype (e.g. "
                                 f"torch.bfloat16), got {dt!r}")
         target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
-        if has_split_rule(target):  # Note [split rules] in dtensor/layout.py
-            check_layout(self.shape, mesh.shape, target)
         return _autograd.Redistribute.apply(self, target, async_op, forward_dtype,
                                             backward_dtype)
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from dtensor.layout import check_layout, local_box, mesh_coordinates
+from dtensor.layout import check_layout, lays_out, local_box, mesh_coordinates
 from dtensor.ops.registry import (REGISTRY, SPLIT_RULE_AWARE, SPLIT_RULE_READERS, OpSpec,
                                   Registry, Strategy, TensorSpec)
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
@@ -170,9 +170,7 @@ def _as_regular(shape: tuple[int, ...], mesh_shape: tuple[int, ...], chunked: tu
     (``under_rule`` there, ``chunked`` elsewhere) are equal wherever chunk's are and non-empty
     wherever chunk's are: what rules test of pieces (``even_pieces``, ``no_empty_piece``) then
     holds for the lifted strategy too (Note [split rules in propagation])."""
-    try:
-        check_layout(shape, mesh_shape, under_rule)
-    except PlacementError:
+    if not lays_out(shape, mesh_shape, under_rule):
         return False
     if tested == chunked:
         return True
@@ -287,13 +285,7 @@ def decide(op: OpSpec, fixed: frozenset[int] = frozenset(),
 
 
 def _outputs_fit(c: Candidate, out_shapes: tuple, mesh_shape: tuple[int, ...]) -> bool:
-    for p, shape in zip(c.outputs, out_shapes):
-        if has_split_rule(p):
-            try:
-                check_layout(shape, mesh_shape, p)
-            except PlacementError:
-                return False
-    return True
+    return all(lays_out(shape, mesh_shape, p) for p, shape in zip(c.outputs, out_shapes))
 
 
 def _fmt(p: Sequence[Placement]) -> str:

@@ -40,11 +40,11 @@ from dtensor.layout import (Coord,
     mesh_coordinates,
     mesh_groups,
     check_layout,
+    lays_out,
 )
 from dtensor.placements import (
     Partial,
     Placement,
-    PlacementError,
     Replicate,
     Shard,
     fmt_placements,
@@ -322,6 +322,7 @@ class _StateGraph:
                  ops: tuple[str, ...], rules: tuple[Shard, ...] = ()) -> None:
         self.mesh_shape, self.global_shape = mesh_shape, global_shape
         self.universe = _universe(len(global_shape), ops, rules)
+        self.rules = rules
         self.coords = tuple(mesh_coordinates(mesh_shape))
         self._coord_index = {c: k for k, c in enumerate(self.coords)}
         self._boxes: dict[tuple[Placement, ...], tuple[Box, ...]] = {}
@@ -370,7 +371,7 @@ class _StateGraph:
         mine = self.boxes(state)
 
         def step_to(new: tuple[Placement, ...]) -> Step | None:
-            if not _fits(new, self.mesh_shape, self.global_shape):
+            if self.rules and not lays_out(self.global_shape, self.mesh_shape, new):
                 return None  # a split rule on a mesh dim or extent it does not cut
             return _classify(state, new, lambda: zip(mine, self.boxes(new)))
 
@@ -527,26 +528,12 @@ def _edges(state: tuple[Placement, ...], dst: tuple[Placement, ...], universe: l
                 seen.add(target)
                 if step_to is not None:
                     step = step_to(target)
-                elif _fits(target, mesh_shape, global_shape):
+                elif lays_out(global_shape, mesh_shape, target):
                     step = classify(state, target, mesh_shape, global_shape)
                 else:
                     step = None
                 if step is not None:
                     yield step
-
-
-@lru_cache(maxsize=65536)
-def _fits(placements: tuple[Placement, ...], mesh_shape: tuple[int, ...],
-          global_shape: tuple[int, ...]) -> bool:
-    """Whether every explicit split rule in ``placements`` cuts the extent its mesh dim
-    splits at every coordinate (Note [split rules] in dtensor/layout.py)."""
-    if not any(type(p) is Shard and type(p.sizes) is tuple for p in placements):
-        return True
-    try:
-        check_layout(global_shape, mesh_shape, placements)
-    except PlacementError:
-        return False
-    return True
 
 
 # Up to this many target lists per set of mesh dims, _edges tries them all (so 2-d meshes
