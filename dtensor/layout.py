@@ -135,8 +135,11 @@ def check_layout(global_shape: Sequence[int], mesh_shape: Sequence[int],
     if not any(type(p) is Shard and p.sizes not in (None, "balanced") for p in pl):
         _check(shape, mesh, pl, (0,) * len(mesh))  # chunk and balanced cut any extent
         return
-    for coord in mesh_coordinates(mesh):
-        _local_box(shape, mesh, pl, coord)
+    try:
+        for coord in mesh_coordinates(mesh):
+            _local_box(shape, mesh, pl, coord)
+    except PlacementError as e:
+        raise PlacementError(str(e)) from None  # from here: the layout's own frames say nothing
 
 
 @lru_cache(maxsize=65536)

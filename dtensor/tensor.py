@@ -253,7 +253,10 @@ class DTensor(torch.Tensor):
             except (PlacementError, TypeError):  # said again with the shape (or unhashable)
                 target = normalize_placements(placements, self.dim(), mesh.ndim,
                                               shape=self.shape)
-            return _autograd.Redistribute.apply(self, target, async_op, None, None)
+            try:
+                return _autograd.Redistribute.apply(self, target, async_op, None, None)
+            except PlacementError as e:  # sizes that do not cut: at the caller's line
+                raise type(e)(str(e)) from None
         mesh = _compile.real_mesh(device_mesh) if device_mesh is not None else mesh
         refuse_torch_mesh(mesh, "DTensor.redistribute")
         if placements is None:
@@ -267,8 +270,11 @@ class DTensor(torch.Tensor):
                 raise TypeError(f"redistribute: {name} must be a torch.dtype (e.g. "
                                 f"torch.bfloat16), got {dt!r}")
         target = normalize_placements(placements, self.dim(), mesh.ndim, shape=self.shape)
-        return _autograd.Redistribute.apply(self, target, async_op, forward_dtype,
-                                            backward_dtype)
+        try:
+            return _autograd.Redistribute.apply(self, target, async_op, forward_dtype,
+                                                backward_dtype)
+        except PlacementError as e:  # sizes that do not cut: at the caller's line
+            raise type(e)(str(e)) from None
 
     def full_tensor(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """The whole global tensor on every rank (all_gather / all_reduce as needed)."""

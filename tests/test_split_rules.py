@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import traceback
 
 import pytest
 import torch
@@ -227,8 +228,11 @@ def _errors(mesh):
     with pytest.raises(PlacementError, match=r"expected 4 sizes summing to 10"):
         distribute_tensor(x, mesh, [Shard(0, sizes=(1, 2))])
     d = distribute_tensor(x, mesh, [Shard(0)])
-    with pytest.raises(PlacementError, match=r"expected 4 sizes summing to 10"):
+    with pytest.raises(PlacementError, match=r"expected 4 sizes summing to 10") as raised:
         d.redistribute(mesh, [Shard(0, sizes=(1, 2, 3, 5))])
+    # raised from redistribute itself, one frame under the caller's line, not the planner's
+    frames = [f for f in traceback.extract_tb(raised.tb) if "/dtensor/" in f.filename]
+    assert [f.name for f in frames] == ["redistribute"], [f.name for f in frames]
     rank = mesh.get_coordinate()[0]
     with pytest.raises(ValueError, match=r"local shape \(2, 6\), expected \(3, 6\)"):
         DTensor.from_local(torch.randn(2, 6), mesh, [EXPLICIT], run_check=True)
