@@ -25,6 +25,20 @@ redistribute, ``from_local``/``full_tensor``, checkpoints. Sharding rules see ch
 unless the op's family takes a split rule through (Note [split rules in propagation] in
 dtensor/ops/propagate.py).
 
+Note [block shards]
+``Shard(d, block=b)`` is a strided shard: the extent its mesh dim splits (all of dim d, or
+the piece an earlier mesh dim left, read as one run of elements) is read as runs of ``b``; the
+split rule cuts each run alike, and a rank holds its part of every run, in order. Flattening
+(batch, heads) with heads sharded gives it (``Shard(0, block=heads)``: every batch row is a
+run), and unflattening takes it back to ``Shard(1)`` with no communication.
+A rank's piece is then no box but a list of intervals per dim (``pieces``). Every block layout
+this module accepts is a box layout of a *refined view*: each blocked dim of extent E read as
+(E // b, b), the block shard a Shard of the inner dim, and the dim's other Shards (whose cuts
+must fall between runs, ``check_layout`` says so) Shards of the outer (``refine``). A rank's
+piece in that view is its piece reshaped, so boxes, the planner and the executor work there
+unchanged: a move between layouts that share a refined view is planned in it (at its byte
+lower bound), other moves go through the nearest layout that shares one with both ends.
+
 >>> local_slices((5, 4), (4,), (Shard(0),), (2,))
 (slice(4, 5, None), slice(0, 4, None))
 """
@@ -34,9 +48,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
-from dtensor.placements import Placement, PlacementError, Shard
+from dtensor.placements import Placement, PlacementError, Replicate, Shard, fmt_placements
+
+_REPLICATE = Replicate()
 
 Box = tuple[tuple[int, int], ...]  # per tensor dim, the [start, stop) a piece covers
 Coord = tuple[int, ...]  # a rank's position on the mesh, one index per mesh dim
@@ -110,6 +127,11 @@ def _local_box(
     coordinate: tuple[int, ...],
 ) -> Box:
     _check(global_shape, mesh_shape, placements, coordinate)
+    for p in placements:
+        if type(p) is Shard and p.block is not None:
+            raise PlacementError(
+                f"{p!r} holds a strided piece, not a box (Note [block shards] in "
+                f"dtensor/layout.py): ask for its pieces, or work in the refined view")
     bounds = [(0, n) for n in global_shape]
     # Mesh-dim order is the nesting order: each Shard narrows what the earlier ones left.
     for m, p in enumerate(placements):
@@ -132,6 +154,17 @@ def check_layout(global_shape: Sequence[int], mesh_shape: Sequence[int],
     >>> check_layout((10,), (4,), (Shard(0, sizes=(3, 5, 0, 2)),))
     """
     shape, mesh, pl = tuple(global_shape), tuple(mesh_shape), tuple(placements)
+    if any(type(p) is Shard and p.block is not None for p in pl):
+        try:
+            _check(shape, mesh, pl, (0,) * len(mesh))
+            if refine(shape, mesh, (pl,)) is None:
+                raise PlacementError(
+                    f"{fmt_placements(pl)} of {shape} on mesh {mesh}: another Shard of a "
+                    f"blocked dim cuts inside a run, or two blocks differ on one dim (Note "
+                    f"[block shards] in dtensor/layout.py): expected cuts between runs")
+        except PlacementError as e:
+            raise PlacementError(str(e)) from None
+        return
     if not any(type(p) is Shard and p.sizes not in (None, "balanced") for p in pl):
         _check(shape, mesh, pl, (0,) * len(mesh))  # chunk and balanced cut any extent
         return
@@ -187,8 +220,212 @@ def local_shape(
 
     >>> local_shape((7, 5), (2, 2), (Shard(0), Shard(1)), (1, 1))
     (3, 2)
+    >>> local_shape((2 * 5, 3), (4,), (Shard(0, block=5),), (2,))  # 1 of each 5-run
+    (2, 3)
     """
-    return box_shape(local_box(global_shape, mesh_shape, placements, coordinate))
+    return _local_shape(tuple(global_shape), tuple(mesh_shape), tuple(placements),
+                        tuple(coordinate))
+
+
+@lru_cache(maxsize=65536)
+def _local_shape(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+                 placements: tuple[Placement, ...], coordinate: tuple[int, ...]
+                 ) -> tuple[int, ...]:
+    if any(type(p) is Shard and p.block is not None for p in placements):
+        return tuple(sum(b - a for a, b in dim)
+                     for dim in _pieces(global_shape, mesh_shape, placements, coordinate))
+    return box_shape(_local_box(global_shape, mesh_shape, placements, coordinate))
+
+
+Intervals = tuple[tuple[int, int], ...]  # increasing, disjoint [start, stop) bounds
+
+
+def pieces(global_shape: Sequence[int], mesh_shape: Sequence[int],
+           placements: Sequence[Placement], coordinate: Sequence[int]
+           ) -> tuple[Intervals, ...]:
+    """Per tensor dim, the intervals of the global tensor held at mesh ``coordinate``, in the
+    order the piece holds them (Note [block shards]): the definition of every layout.
+
+    >>> pieces((8, 2), (2,), (Shard(0, block=4),), (1,))  # rows 2-3 of each run of 4
+    (((2, 4), (6, 8)), ((0, 2),))
+    """
+    return _pieces(tuple(global_shape), tuple(mesh_shape), tuple(placements),
+                   tuple(coordinate))
+
+
+@lru_cache(maxsize=65536)
+def _pieces(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+            placements: tuple[Placement, ...], coordinate: tuple[int, ...]
+            ) -> tuple[Intervals, ...]:
+    _check(global_shape, mesh_shape, placements, coordinate)
+    held: list[Intervals] = [((0, n),) for n in global_shape]
+    for m, p in enumerate(placements):  # each Shard cuts what the earlier ones left
+        if not isinstance(p, Shard):
+            continue
+        extent = sum(b - a for a, b in held[p.dim])
+        run = extent if p.block is None else p.block
+        try:
+            if extent % run:
+                raise PlacementError(f"its extent {extent} is not a whole number of runs of "
+                                     f"{run}")
+            lo, hi = split_bounds(run, mesh_shape[m], coordinate[m], p.sizes)
+        except PlacementError as e:
+            raise PlacementError(f"{p!r} on mesh dim {m} ({mesh_shape[m]} ranks) of a tensor "
+                                 f"of shape {global_shape}: {e}") from None
+        kept = [(k * run + lo, k * run + hi) for k in range(extent // run)] if hi > lo else []
+        held[p.dim] = _select(held[p.dim], kept)
+    return tuple(held)
+
+
+def _select(held: Intervals, positions: list[tuple[int, int]]) -> Intervals:
+    """The parts of ``held`` at ``positions`` of its concatenation, merged where they touch."""
+    out: list[list[int]] = []
+    for lo, hi in positions:
+        offset = 0
+        for a, b in held:
+            s, e = max(lo, offset), min(hi, offset + b - a)
+            if s < e:
+                start, stop = a + s - offset, a + e - offset
+                if out and out[-1][1] == start:
+                    out[-1][1] = stop
+                else:
+                    out.append([start, stop])
+            offset += b - a
+    return tuple((a, b) for a, b in out) if out else ((0, 0),)
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """A refined view (Note [block shards]): ``groups[d]`` the extents tensor dim d is read
+    as (one, or (E // b, b) for a blocked dim), ``placements`` each list given to ``refine``
+    as a box layout of ``shape``."""
+
+    groups: tuple[tuple[int, ...], ...]
+    placements: tuple[tuple[Placement, ...], ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(n for g in self.groups for n in g)
+
+    def merged(self, refined_local: Sequence[int]) -> tuple[int, ...]:
+        """A piece's shape in the tensor's own view, from its shape in this one."""
+        out, i = [], 0
+        for g in self.groups:
+            out.append(math.prod(refined_local[i:i + len(g)]))
+            i += len(g)
+        return tuple(out)
+
+
+def refine(global_shape: Sequence[int], mesh_shape: Sequence[int],
+           lists: Sequence[Sequence[Placement]]) -> Refinement | None:
+    """The refined view in which every placement list of ``lists`` is a box layout, or None
+    if there is none (Note [block shards]).
+
+    >>> r = refine((8, 2), (2,), [(Shard(0, block=4),), (Shard(0),)])
+    >>> r.shape, r.placements
+    ((2, 4, 2), ((Shard(dim=1),), (Shard(dim=0),)))
+    """
+    return _refine(tuple(global_shape), tuple(mesh_shape),
+                   tuple(tuple(pl) for pl in lists))
+
+
+@lru_cache(maxsize=4096)
+def _refine(shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+            lists: tuple[tuple[Placement, ...], ...]) -> Refinement | None:
+    blocks: dict[int, set[int]] = {}
+    for pl in lists:
+        for p in pl:
+            if type(p) is Shard and p.block is not None and p.block < shape[p.dim]:
+                blocks.setdefault(p.dim, set()).add(p.block)
+    if any(len(b) > 1 for b in blocks.values()):
+        return None
+    run = {d: b.pop() for d, b in blocks.items()}
+    if any(shape[d] % b for d, b in run.items()):
+        return None
+    groups = tuple((n // run[d], run[d]) if d in run else (n,) for d, n in enumerate(shape))
+    first = [sum(len(g) for g in groups[:d]) for d in range(len(shape))]
+    refined = []
+    for pl in lists:
+        options: list[list[Placement]] = []
+        for m, p in enumerate(pl):
+            if type(p) is not Shard:
+                options.append([p])
+            elif p.dim not in run:  # a block of the whole extent is one run: a plain cut
+                options.append([Shard(first[p.dim], p.sizes)])
+            elif p.block is not None and p.block < shape[p.dim]:
+                options.append([Shard(first[p.dim] + 1, p.sizes)])
+            else:  # a cut of whole runs: the outer dim's, under the rule that gives its pieces
+                options.append(_outer_cuts(shape, mesh_shape, pl, m, run[p.dim],
+                                           first[p.dim]))
+        found = next((tuple(c) for c in itertools.product(*options)
+                      if _same_pieces(shape, mesh_shape, pl, groups, tuple(c))), None)
+        if found is None:
+            return None
+        refined.append(found)
+    return Refinement(groups, tuple(refined))
+
+
+def _outer_cuts(shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+                pl: tuple[Placement, ...], m: int, run: int, outer: int) -> list[Placement]:
+    """Candidate Shards of the outer dim for mesh dim ``m``'s cut of whole runs: chunk's,
+    balanced, and the explicit run counts its pieces hold."""
+    p = pl[m]
+    found: list[Placement] = [Shard(outer), Shard(outer, "balanced")]
+    upto = tuple(q if i <= m else _REPLICATE for i, q in enumerate(pl))
+    for coord in mesh_coordinates(mesh_shape):
+        if coord[m]:
+            continue
+        try:
+            lengths = [sum(b - a for a, b in _pieces(shape, mesh_shape, upto,
+                                                     coord[:m] + (j,) + coord[m + 1:])[p.dim])
+                       for j in range(mesh_shape[m])]
+        except PlacementError:
+            return []
+        unit = _run_part(shape, mesh_shape, upto, m, coord, p.dim, run)
+        if unit and all(n % unit == 0 for n in lengths):
+            found.append(Shard(outer, tuple(n // unit for n in lengths)))
+    return list(dict.fromkeys(found))
+
+
+def _run_part(shape: tuple[int, ...], mesh_shape: tuple[int, ...], pl: tuple[Placement, ...],
+              m: int, coord: tuple[int, ...], dim: int, run: int) -> int:
+    """How many elements of each run mesh dim ``m``'s cut sees at ``coord``: the run, or the
+    part an earlier block shard of the dim left."""
+    part = run
+    for i, q in enumerate(pl[:m]):
+        if type(q) is Shard and q.dim == dim and q.block is not None:
+            lo, hi = split_bounds(q.block, mesh_shape[i], coord[i], q.sizes)
+            part = hi - lo
+    return part
+
+
+def _same_pieces(shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+                 pl: tuple[Placement, ...], groups: tuple[tuple[int, ...], ...],
+                 refined: tuple[Placement, ...]) -> bool:
+    """Whether ``refined``'s boxes of the refined view hold what ``pl`` does, rank by rank."""
+    flat = tuple(n for g in groups for n in g)
+    try:
+        for coord in mesh_coordinates(mesh_shape):
+            want = _pieces(shape, mesh_shape, pl, coord)
+            box = _local_box(flat, mesh_shape, refined, coord)
+            i = 0
+            for d, g in enumerate(groups):
+                if len(g) == 1:
+                    got: Intervals = (box[i],)
+                else:
+                    (o0, o1), (i0, i1) = box[i], box[i + 1]
+                    got = _select(((0, shape[d]),), [(k * g[1] + i0, k * g[1] + i1)
+                                                     for k in range(o0, o1) if i1 > i0])
+                i += len(g)
+                if _nonempty(got) != _nonempty(want[d]):
+                    return False
+    except PlacementError:
+        return False
+    return True
+
+
+def _nonempty(iv: Intervals) -> Intervals:
+    return tuple(x for x in iv if x[1] > x[0])
 
 
 def mesh_coordinates(mesh_shape: Sequence[int]) -> Iterator[tuple[int, ...]]:

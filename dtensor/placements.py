@@ -68,16 +68,33 @@ class Shard:
     ``DTensor.from_local`` also takes ``sizes="measured"``: it gathers every rank's piece size
     and gives the DTensor those explicit sizes.
 
+    ``block`` makes the shard strided (Note [block shards] in dtensor/layout.py): the extent
+    is read as runs of ``block`` elements, each run is split across the mesh dim (by the
+    split rule), and a rank holds its part of every run. It is what flattening a sharded dim
+    into the dims outside it gives: (batch, heads) with heads sharded, flattened, is
+    ``Shard(0, block=heads)``. torch's ``_StridedShard(d, split_factor=k)`` is
+    ``Shard(d, block=extent // k)``.
+
     >>> Shard(1), Shard(0, sizes=[3, 5, 0, 2]), str(Shard(0, sizes="balanced"))
     (Shard(dim=1), Shard(dim=0, sizes=(3, 5, 0, 2)), 'S(0)[balanced]')
+    >>> Shard(0, block=4), str(Shard(0, block=4)), str(Shard(0, "balanced", block=6))
+    (Shard(dim=0, block=4), 'S(0)[block 4]', 'S(0)[balanced, block 6]')
     """
 
     dim: int
     sizes: tuple[int, ...] | str | None = None
+    block: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.dim, bool) or not isinstance(self.dim, int):
             raise PlacementTypeError(f"Shard(dim={self.dim!r}): dim must be an int")
+        block = self.block
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int)
+                                  or block < 2):
+            raise PlacementTypeError(
+                f"Shard({self.dim}, block={block!r}): expected None (one run: the whole "
+                f"extent) or a run length >= 2 (a run of 1 would give every element to the "
+                f"first rank)")
         sizes = self.sizes
         if sizes is None or sizes == BALANCED or sizes == MEASURED:
             return
@@ -90,23 +107,32 @@ class Shard:
         object.__setattr__(self, "sizes", tuple(int(n) for n in sizes))
 
     def __repr__(self) -> str:
-        if self.sizes is None:
-            return f"Shard(dim={self.dim})"
-        return f"Shard(dim={self.dim}, sizes={self.sizes!r})"
+        sizes = "" if self.sizes is None else f", sizes={self.sizes!r}"
+        block = "" if self.block is None else f", block={self.block}"
+        return f"Shard(dim={self.dim}{sizes}{block})"
 
     def __str__(self) -> str:
-        if self.sizes is None:
+        if self.sizes is None and self.block is None:
             return f"S({self.dim})"
-        rule = self.sizes if isinstance(self.sizes, str) else ",".join(map(str, self.sizes))
-        return f"S({self.dim})[{rule}]"
+        rule = [] if self.sizes is None else [
+            self.sizes if isinstance(self.sizes, str) else ",".join(map(str, self.sizes))]
+        rule += [] if self.block is None else [f"block {self.block}"]
+        return f"S({self.dim})[{', '.join(rule)}]"
 
     def __reduce__(self) -> tuple:
         # Note [weights_only loading]: through the constructor
+        if self.block is not None:
+            return (Shard, (self.dim, self.sizes, self.block))
         return (Shard, (self.dim,) if self.sizes is None else (self.dim, self.sizes))
 
     def with_dim(self, dim: int) -> Shard:
-        """The same split rule on another tensor dim."""
-        return Shard(dim, self.sizes)
+        """The same split rule (and block) on another tensor dim."""
+        return Shard(dim, self.sizes, self.block)
+
+    @property
+    def is_plain(self) -> bool:
+        """Whether this is ``torch.chunk``'s shard: no split rule, no block."""
+        return self.sizes is None and self.block is None
 
     def is_shard(self, dim: int | None = None) -> bool:
         """True (for ``dim`` None or this shard's dim), as torch's placements answer."""
@@ -120,13 +146,21 @@ class Shard:
 
 
 def has_split_rule(placements: Sequence[object]) -> bool:
-    """Whether any placement is a Shard with a split rule other than ``torch.chunk``'s."""
-    return any(type(p) is Shard and p.sizes is not None for p in placements)
+    """Whether any placement is a Shard cut otherwise than by ``torch.chunk``: a split rule
+    or a block (Note [block shards] in dtensor/layout.py)."""
+    return any(type(p) is Shard and (p.sizes is not None or p.block is not None)
+               for p in placements)
+
+
+def has_block(placements: Sequence[object]) -> bool:
+    """Whether any placement is a strided Shard (``Shard(d, block=b)``)."""
+    return any(type(p) is Shard and p.block is not None for p in placements)
 
 
 def chunk_rule(placements: Sequence[Placement]) -> tuple[Placement, ...]:
-    """``placements`` with every Shard cut by ``torch.chunk``'s rule."""
-    return tuple(Shard(p.dim) if type(p) is Shard and p.sizes is not None else p
+    """``placements`` with every Shard cut by ``torch.chunk``'s rule (no split rule, no
+    block)."""
+    return tuple(Shard(p.dim) if type(p) is Shard and not p.is_plain else p
                  for p in placements)
 
 

@@ -24,7 +24,7 @@ from dtensor.layout import local_box
 from dtensor.mesh import MeshError
 from dtensor.dispatch.outside_mesh import meta_call, run_outside
 from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, TensorSpec
-from dtensor.placements import Placement, Replicate, has_split_rule
+from dtensor.placements import Placement, Replicate, has_block, has_split_rule
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec
 from dtensor.dispatch.decomposition_table import DECOMPOSITIONS
@@ -377,8 +377,10 @@ def _fast_moves(plan: _Plan, tensors: list, args: tuple, kwargs: dict, mesh: Any
         steps = planner.plan(have, want, mesh.shape, shape, itemsize=t.dtype.itemsize)
         if not all(step.kind.startswith("local_") for step in steps):
             return None
-        old, new = (local_box(shape, mesh.shape, p, mesh._coord) for p in (have, want))
-        if all(step.kind == "local_slice" for step in steps) \
+        boxed = all(step.view is None for step in steps)  # Note [block shards]: no box
+        old, new = ((local_box(shape, mesh.shape, p, mesh._coord) for p in (have, want))
+                    if boxed else ((), ()))
+        if boxed and all(step.kind == "local_slice" for step in steps) \
                 and all(a[0] <= b[0] and b[1] <= a[1] for a, b in zip(old, new)):
             # the new piece inside the old (not so for empty pieces: any box of none)
             cuts = tuple((dim, b[0] - a[0], b[1] - b[0])
@@ -441,7 +443,9 @@ def _plan_of(func: Any, op: OpSpec, decision: Decision, metas: list, mesh: Any,
     boxes = None
     if decision.chosen.local:
         coord = mesh.get_coordinate()
-        boxes = tuple(local_box(t.shape, mesh.spec.shape, p, coord) if coord is not None else None
+        # a block shard's piece is no box (Note [block shards]): its local function gets None
+        boxes = tuple(local_box(t.shape, mesh.spec.shape, p, coord)
+                      if coord is not None and not has_block(p) else None
                       for t, p in zip(op.tensors(), decision.chosen.inputs))
     return _Plan(decision, tuple(specs), bool(_written_positions(func)), local_out,
                  torch.Tag.inplace_view in func.tags, boxes, DECOMPOSITIONS.get(func),

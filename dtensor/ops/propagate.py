@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from dtensor.layout import check_layout, lays_out, local_box, mesh_coordinates
+from dtensor.layout import check_layout, lays_out, local_shape, mesh_coordinates
 from dtensor.ops.registry import (REGISTRY, SPLIT_RULE_AWARE, SPLIT_RULE_READERS, OpSpec,
                                   Registry, Strategy, TensorSpec)
 from dtensor.placements import (Partial, Placement, PlacementError, Replicate, Shard,
@@ -127,8 +127,10 @@ def _lifts(tensors: list, ins: tuple, outs: tuple, mesh_shape: tuple[int, ...],
     mesh_ndim = len(ins[0]) if ins else 0
     options: list[list[object]] = []
     for m in range(mesh_ndim):
-        held = sorted({t.placements[m].sizes for t, want in zip(tensors, ins)
-                       if type(t.placements[m]) is Shard and t.placements[m].sizes is not None
+        # a rule is the Shard's cut less its dim: its split rule and block
+        held = sorted({(t.placements[m].sizes, t.placements[m].block)
+                       for t, want in zip(tensors, ins)
+                       if type(t.placements[m]) is Shard and not t.placements[m].is_plain
                        and want[m] == Shard(t.placements[m].dim)}, key=repr)
         options.append(held or [None])
     found = []
@@ -146,7 +148,7 @@ def _lift(tensors: list, ins: tuple, outs: tuple, mesh_shape: tuple[int, ...],
     mesh_ndim = len(ins[0])
 
     def lift(pl: tuple) -> tuple:
-        return tuple(Shard(p.dim, rules[m]) if m in rules and type(p) is Shard else p
+        return tuple(Shard(p.dim, *rules[m]) if m in rules and type(p) is Shard else p
                      for m, p in enumerate(pl))
 
     lifted = tuple(lift(p) for p in ins)
@@ -175,11 +177,9 @@ def _as_regular(shape: tuple[int, ...], mesh_shape: tuple[int, ...], chunked: tu
     if tested == chunked:
         return True
     coords = list(mesh_coordinates(mesh_shape))
-    for d in {p.dim for p in tested if type(p) is Shard and p.sizes is not None}:
-        a = [box[d][1] - box[d][0] for box in (local_box(shape, mesh_shape, chunked, c)
-                                                 for c in coords)]
-        b = [box[d][1] - box[d][0] for box in (local_box(shape, mesh_shape, tested, c)
-                                                 for c in coords)]
+    for d in {p.dim for p in tested if type(p) is Shard and not p.is_plain}:
+        a = [local_shape(shape, mesh_shape, chunked, c)[d] for c in coords]
+        b = [local_shape(shape, mesh_shape, tested, c)[d] for c in coords]
         if (len(set(a)) == 1 and len(set(b)) > 1) or (min(a) > 0 and min(b) == 0):
             return False
     return True

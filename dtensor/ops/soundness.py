@@ -24,7 +24,7 @@ from dtensor.redistribute.reference import shard_full, unshard
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
 from dtensor.ops.propagate import Candidate, candidates
 from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, Registry, TensorSpec
-from dtensor.placements import Placement, PlacementError, Replicate, fmt_placements
+from dtensor.placements import Placement, PlacementError, Replicate, fmt_placements, has_block
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def check_candidate(op: Any, args: tuple, kwargs: dict, cand: Candidate,
             la, lk = localize_shape_args(op, la, lk, local_out)
         try:
             if cand.local:
-                boxes = [local_box(flat[i].shape, mesh_shape, p, c)
+                boxes = [None if has_block(p) else local_box(flat[i].shape, mesh_shape, p, c)
                          for i, p in zip(positions, cand.inputs)]
                 if guard is not None and not guard(op, la, lk, boxes):
                     return None  # never runs on these pieces (Note [guarded local functions])

@@ -301,7 +301,7 @@ def view(op: OpSpec) -> list[Strategy]:
     sizes = list(op.arg(1, "size"))
     dst = _resolve(sizes, math.prod(t.shape))
     pairs = view_shards(t.shape, dst, _nested_parts(op))
-    found = _moves(op, 1, pairs) + _split_rule_views(op, t, dst)
+    found = _moves(op, 1, pairs) + _split_rule_views(op, t, dst) + _block_views(op, t, dst)
     # each rank reshapes its own piece: Note [a piece's own strides]
     return [dataclasses.replace(s, local="view_piece") for s in found]
 
@@ -341,6 +341,56 @@ def _split_rule_views(op: OpSpec, t: TensorSpec, dst: Sequence[int]) -> list[Str
             return [Strategy((p,), (p.with_dim(outer_o),))]
         rows = [(hi - lo) * inner_in // inner_out for lo, hi in bounds]
         return [Strategy((p,), (Shard(outer_o, tuple(rows)),))]
+    return []
+
+
+# Note [views of block shards]
+# A Shard on a dim inside a run (Note [view shards]), heads in (B, H) -> (B * H,), holds a
+# part of every run of H elements of the flattened dim: ``Shard(0, block=H)`` (Note [block
+# shards] in dtensor/layout.py), no communication. In general a mesh dim's cut, read in the
+# run's flat order, holds [lo * u, hi * u) of every stretch of F elements: F the sharded dim's
+# run (its block, or its extent) times the dims inside it, u those inner dims. The output
+# keeps the cut on the outermost dim o of its run whose inner size u' divides every cut and F,
+# with F // u' elements of o per run: a plain Shard(o) when that is all of o (unflattening the
+# heads again), else a block of F // u'. The pieces' sizes in elements of o name the rule:
+# chunk's or balanced where those give them, else explicit. Only where no other mesh dim cuts
+# a dim inside the sharded one, nor the sharded dim itself unless that is a plain cut of a
+# blocked dim (which the layout holds to whole runs): other pieces would have to align.
+def _block_views(op: OpSpec, t: TensorSpec, dst: Sequence[int]) -> list[Strategy]:
+    p = t.placements[op.mesh_dim]
+    src = tuple(t.shape)
+    if not isinstance(p, Shard) or math.prod(src) == 0:
+        return []
+    for gi, go in view_groups(src, dst):
+        if p.dim not in gi:
+            continue
+        outer_i = next((d for d in gi if src[d] != 1), None)
+        if p.block is None and (p.dim == outer_i or p.sizes is not None):
+            return []  # the outermost dim's plain cuts: view_shards and _split_rule_views
+        inside = [d for d in gi if d > p.dim]
+        # another mesh dim's plain cut of a blocked dim cuts whole runs (the layout checks it)
+        if any(isinstance(q, Shard) and (q.dim in inside or q.dim == p.dim and (
+                p.block is None or not q.is_plain))
+               for m, q in enumerate(t.placements) if m != op.mesh_dim):
+            return []
+        u = math.prod(src[d] for d in inside)
+        run = p.block if p.block is not None else src[p.dim]
+        n = op.mesh_dim_size
+        cuts = [split_bounds(run, n, j, p.sizes) for j in range(n)]
+        flat = run * u
+        for o in go:
+            u_out = math.prod(dst[d] for d in go if d > o)
+            per_run = flat // u_out
+            if flat % u_out or per_run < 2 or dst[o] % per_run or any(
+                    (a * u) % u_out or (b * u) % u_out for a, b in cuts):
+                continue
+            sizes = tuple((b - a) * u // u_out for a, b in cuts)
+            rule = next((r for r in (None, "balanced") if all(
+                split_bounds(per_run, n, j, r)[1] - split_bounds(per_run, n, j, r)[0]
+                == sizes[j] for j in range(n))), sizes)
+            out = Shard(o, rule, per_run if per_run < dst[o] else None)
+            return [Strategy((p,), (out,))]
+        return []
     return []
 
 

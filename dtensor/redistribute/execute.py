@@ -50,7 +50,7 @@ from dtensor.layout import Coord, Box, box_shape, local_box, local_shape
 from dtensor.redistribute.reference import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.redistribute.reference import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
-from dtensor.placements import Placement, Replicate, fmt_placements
+from dtensor.placements import Placement, Replicate, fmt_placements, normalize_placements
 from dtensor.redistribute.planner import Step, plan
 from dtensor.spec import DTensorSpec
 
@@ -201,10 +201,33 @@ def _compile(mesh: DeviceMesh, src: tuple, dst: tuple, global_shape: tuple[int, 
     steps = plan(src, dst, mesh.shape, global_shape)  # the same at every itemsize
     if not steps:
         return Program((), (), None, mesh, global_shape)
-    where = _Where(mesh, mesh.shape, global_shape, tuple(coord))
-    runners = tuple(COMPILERS[step.kind](step, where) for step in steps)
-    want = local_shape(global_shape, mesh.shape, steps[0].src, where.coord)
+    coord = tuple(coord)
+    runners = tuple(_in_view(step, mesh, global_shape, coord) for step in steps)
+    held = normalize_placements(src, len(global_shape), mesh.ndim)
+    want = local_shape(global_shape, mesh.shape, held, coord)
     return Program(steps, runners, want, mesh, global_shape)
+
+
+def _in_view(step: Step, mesh: DeviceMesh, global_shape: tuple[int, ...], coord: Coord
+             ) -> Runner:
+    """The step's runner on pieces in the tensor's own view: a step planned in a refined view
+    (Note [block shards] in dtensor/layout.py) reshapes the piece into it and back, which
+    moves no element (a piece there is the same elements in the same order)."""
+    shape = step.shape(global_shape)
+    run = COMPILERS[step.kind](step, _Where(mesh, mesh.shape, shape, coord))
+    if step.view is None:
+        return run
+    groups = step.view
+    refined = local_shape(shape, mesh.shape, step.src, coord)
+
+    def merged(t: torch.Tensor) -> torch.Tensor:
+        out, i = [], 0
+        for g in groups:
+            out.append(math.prod(t.shape[i:i + len(g)]))
+            i += len(g)
+        return t.reshape(out)
+
+    return lambda t: run(t.reshape(refined)).then(merged)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ per-rank figures to compare with it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import threading
@@ -41,6 +42,7 @@ from dtensor.layout import (Coord,
     mesh_groups,
     check_layout,
     lays_out,
+    refine,
 )
 from dtensor.placements import (
     Partial,
@@ -48,6 +50,7 @@ from dtensor.placements import (
     Replicate,
     Shard,
     fmt_placements,
+    has_block,
     normalize_placements,
 )
 
@@ -72,12 +75,17 @@ class Step:
       local_slice     S/R -> S/R where each new piece lies inside the old one
       local_partial   R/S(d) -> P(op); the reduction's identity fills the rest
       local_scale     P(sum) <-> P(avg): multiply or divide by the group size
+
+    ``view``, for a move of block shards, is the refined view the step's placements describe
+    (``Refinement.groups``: the extents each tensor dim is read as; Note [block shards] in
+    dtensor/layout.py); None for the tensor's own shape.
     """
 
     kind: str
     mesh_dims: tuple[int, ...]
     src: tuple[Placement, ...]
     dst: tuple[Placement, ...]
+    view: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
@@ -98,7 +106,13 @@ class Step:
 
     def __str__(self) -> str:
         dims = ",".join(map(str, self.mesh_dims))
-        return f"{self.kind}({dims}) {fmt_placements(self.src)}->{fmt_placements(self.dst)}"
+        view = "" if self.view is None else f" in view {tuple(n for g in self.view for n in g)}"
+        return (f"{self.kind}({dims}) {fmt_placements(self.src)}->{fmt_placements(self.dst)}"
+                f"{view}")
+
+    def shape(self, global_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The global shape the step's placements describe."""
+        return global_shape if self.view is None else tuple(n for g in self.view for n in g)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,6 +133,8 @@ def step_received(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[
 @lru_cache(maxsize=65536)
 def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                    itemsize: int) -> tuple[tuple[Coord, int], ...]:
+    global_shape = step.shape(global_shape)
+
     def box_of(placements: tuple[Placement, ...], coord: Coord) -> Box:
         return local_box(global_shape, mesh_shape, placements, coord)
 
@@ -237,6 +253,8 @@ def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: t
     dst = normalize_placements(dst_placements, ndim, mesh_ndim, shape=global_shape)
     if src == dst:
         return ()
+    if has_block(src + dst):
+        return _plan_blocks(src, dst, mesh_shape, global_shape, itemsize)
     rules = _split_rules(src + dst)
     for placements in (src, dst) if rules else ():
         check_layout(global_shape, mesh_shape, placements)  # sizes that do not cut: say so
@@ -244,6 +262,28 @@ def _plan_normalized(src_placements: tuple, dst_placements: tuple, mesh_shape: t
     if itemsize > 0 and _enumerates_all(ndim, len(ops) + len(rules), mesh_ndim):
         return _state_graph(mesh_shape, global_shape, ops, rules).search(src).path_to(dst)
     return _plan(src, dst, mesh_shape, global_shape, itemsize)
+
+
+def _plan_blocks(src: tuple[Placement, ...], dst: tuple[Placement, ...],
+                 mesh_shape: tuple[int, ...], global_shape: tuple[int, ...], itemsize: int
+                 ) -> tuple[Step, ...]:
+    """A move to or from block shards (Note [block shards] in dtensor/layout.py): planned in
+    the refined view both ends share, or through the layout that keeps every mesh dim of
+    either end not sharding a blocked dim (the rest Replicate), which shares one with each."""
+    for placements in (src, dst):
+        check_layout(global_shape, mesh_shape, placements)
+    both = refine(global_shape, mesh_shape, (src, dst))
+    if both is not None:
+        a, b = both.placements
+        return tuple(dataclasses.replace(s, view=both.groups)
+                     for s in plan(a, b, mesh_shape, both.shape, itemsize))
+    blocked = {p.dim for p in src + dst if type(p) is Shard and p.block is not None}
+    mid = tuple(_REPLICATE if type(p) is Shard and p.dim in blocked else p for p in src)
+    return (_plan_normalized(src, mid, mesh_shape, global_shape, itemsize)
+            + _plan_normalized(mid, dst, mesh_shape, global_shape, itemsize))
+
+
+_REPLICATE = Replicate()
 
 
 def _split_rules(placements: tuple[Placement, ...]) -> tuple[Shard, ...]:

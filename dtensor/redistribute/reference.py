@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from dtensor.layout import (Coord, box_contains, box_intersect, box_numel, box_shape, local_box,
-                            local_shape, local_slices, mesh_coordinates, mesh_groups)
-from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
+                            local_shape, local_slices, mesh_coordinates, mesh_groups, pieces)
+from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements, has_block
 from dtensor.redistribute.planner import Step
 
 Locals = dict[Coord, torch.Tensor]
@@ -48,9 +48,39 @@ def redistribute_locals(locals_by_coordinate: Mapping[Coord, torch.Tensor],
     mesh_shape, global_shape = tuple(mesh_shape), tuple(global_shape)
     cur = dict(locals_by_coordinate)
     for i, step in enumerate(steps):
-        _check_locals(cur, step, mesh_shape, global_shape, i)
-        cur = STEP_FUNCTIONS[step.kind](cur, step, mesh_shape, global_shape)
+        shape = step.shape(global_shape)  # a refined view's (Note [block shards] in layout)
+        if step.view is not None:
+            cur = {c: t.reshape(local_shape(shape, mesh_shape, step.src, c))
+                   for c, t in cur.items()}
+        _check_locals(cur, step, mesh_shape, shape, i)
+        cur = STEP_FUNCTIONS[step.kind](cur, step, mesh_shape, shape)
+        if step.view is not None:
+            cur = {c: t.reshape(_merged(t.shape, step.view)) for c, t in cur.items()}
     return cur
+
+
+def _merged(shape: Sequence[int], groups: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    out, i = [], 0
+    for g in groups:
+        out.append(math.prod(shape[i:i + len(g)]))
+        i += len(g)
+    return tuple(out)
+
+
+def local_index(global_shape: Sequence[int], mesh_shape: Sequence[int],
+                placements: Sequence[Placement], coordinate: Sequence[int]) -> tuple:
+    """An index of the global tensor that reads (and writes) the piece at ``coordinate``:
+    slices for a box, index tensors for the strided pieces of block shards.
+
+    >>> torch.arange(8)[local_index((8,), (2,), [Shard(0, block=4)], (1,))].tolist()
+    [2, 3, 6, 7]
+    """
+    if not has_block(placements):
+        return local_slices(global_shape, mesh_shape, placements, coordinate)
+    dims = pieces(global_shape, mesh_shape, placements, coordinate)
+    n = len(dims)
+    return tuple(torch.cat([torch.arange(a, b) for a, b in iv]).reshape(
+        [-1 if j == d else 1 for j in range(n)]) for d, iv in enumerate(dims))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +325,7 @@ def shard_full(full: torch.Tensor, mesh_shape: Sequence[int], placements: Sequen
                   for i, part in enumerate(_split(v, op, mesh_shape[m], gen))}
     shape = tuple(full.shape)
     return {c: values[tuple(c[m] for m in partial_dims)][
-        local_slices(shape, mesh_shape, placements, c)].clone()
+        local_index(shape, mesh_shape, placements, c)].clone()
         for c in mesh_coordinates(mesh_shape)}
 
 
@@ -348,7 +378,7 @@ def unshard(locals_by_coordinate: Mapping[Coord, torch.Tensor], mesh_shape: Sequ
         if key not in values:
             values[key] = some.new_empty(shape)
             values[key + ("seen",)] = torch.zeros(shape, dtype=torch.bool)  # type: ignore
-        idx = local_slices(shape, mesh_shape, placements, c)
+        idx = local_index(shape, mesh_shape, placements, c)
         seen = values[key + ("seen",)]  # type: ignore
         t = locals_by_coordinate[c]
         if bool(seen[idx].any()) and not _bitwise_equal(

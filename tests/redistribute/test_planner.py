@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dtensor.layout import local_slices, mesh_coordinates
-from dtensor.redistribute.reference import StepError, redistribute_locals, shard_full, unshard
+from dtensor.redistribute.reference import (StepError, local_index, redistribute_locals,
+                                          shard_full, unshard)
 from dtensor.placements import (Partial, PlacementError, Replicate, Shard, fmt_placements,
                                 normalize_placements)
 from dtensor.redistribute.planner import (STEP_KINDS, Step, plan, plan_bytes, step_bytes,
@@ -37,7 +38,7 @@ def check_result(locals_, full, mesh, placements):
     assert torch.equal(unshard(locals_, mesh, placements, full.shape), full)
     if not any(isinstance(p, Partial) for p in placements):
         for c in mesh_coordinates(mesh):
-            assert torch.equal(locals_[c], full[local_slices(full.shape, mesh, placements, c)])
+            assert torch.equal(locals_[c], full[local_index(full.shape, mesh, placements, c)])
 
 
 def run_plan(full, src, dst, mesh):
