@@ -156,7 +156,8 @@ def check_layout(global_shape: Sequence[int], mesh_shape: Sequence[int],
     shape, mesh, pl = tuple(global_shape), tuple(mesh_shape), tuple(placements)
     if any(type(p) is Shard and p.block is not None for p in pl):
         try:
-            _check(shape, mesh, pl, (0,) * len(mesh))
+            for coord in mesh_coordinates(mesh):
+                _pieces(shape, mesh, pl, coord)  # names a run that does not fit
             if refine(shape, mesh, (pl,)) is None:
                 raise PlacementError(
                     f"{fmt_placements(pl)} of {shape} on mesh {mesh}: another Shard of a "

@@ -225,12 +225,13 @@ def load_safetensors(state: dict, path: str | os.PathLike) -> None:
             if not view.holds_value():  # Note [loading into Partial]
                 local.zero_()
                 return
-            box = view.box()
             begin = data_start + entry["data_offsets"][0]
-            runs = list(box_runs(shape, box, dtype.itemsize))
-            buf = _read_ranges(file, [(begin + a, begin + b) for a, b in runs])
-            piece = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
-            local.copy_(piece.reshape(tuple(b - a for a, b in box)))
+            for box, at in view.boxes():  # one, or one per run of a block shard
+                runs = list(box_runs(shape, box, dtype.itemsize))
+                buf = _read_ranges(file, [(begin + a, begin + b) for a, b in runs])
+                piece = (torch.frombuffer(buf, dtype=dtype) if buf
+                         else torch.empty(0, dtype=dtype))
+                local[at].copy_(piece.reshape(tuple(b - a for a, b in box)))
 
     fill(state, load_tensor, lambda key, old: old)
 

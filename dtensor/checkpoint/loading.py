@@ -146,7 +146,7 @@ def _wanted(state: dict, body: dict,
         if local is None or not view.holds_value():
             continue
         try:
-            needed = list(_needed(entry, view.box(), key, ""))
+            needed = [n for box, _ in view.boxes() for n in _needed(entry, box, key, "")]
         except (CheckpointError, KeyError, TypeError, ValueError):
             continue
         planned[key] = (target, needed)
@@ -187,20 +187,23 @@ def _fill_tensor(reader: Reader, key: str, entry: dict, target: torch.Tensor, wh
         if not view.holds_value():  # Note [loading into Partial]
             local.zero_()
             return 0
-        box = view.box()
-        covered = chunks = 0
+        boxes = view.boxes()  # one box, or one per run of a block shard
         plan = planned.get(key)
-        needed = plan[1] if plan is not None and plan[0] is target else \
-            _needed(entry, box, key, where)
-        for p, cbox, crc in needed:
-            chunk = reader.read(p["file"], chunk_name(key, cbox), key, dtype,
-                                tuple(b - a for a, b in cbox), int(crc))
-            common = box_intersect(cbox, box)
-            local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
-            covered += box_numel(common)
-            chunks += 1
-        if covered != box_numel(box):
-            raise CheckpointError(f"{where}: tensor {key!r}: the chunks cover {covered} of the "
-                                  f"{box_numel(box)} elements of box {list(box)}", file=where,
-                                  key=key)
+        chunks = 0
+        for box, at in boxes:
+            covered = 0
+            part = local[at]
+            needed = plan[1] if plan is not None and plan[0] is target and len(boxes) == 1 \
+                else _needed(entry, box, key, where)
+            for p, cbox, crc in needed:
+                chunk = reader.read(p["file"], chunk_name(key, cbox), key, dtype,
+                                    tuple(b - a for a, b in cbox), int(crc))
+                common = box_intersect(cbox, box)
+                part[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
+                covered += box_numel(common)
+                chunks += 1
+            if covered != box_numel(box):
+                raise CheckpointError(f"{where}: tensor {key!r}: the chunks cover {covered} of "
+                                      f"the {box_numel(box)} elements of box {list(box)}",
+                                      file=where, key=key)
     return chunks

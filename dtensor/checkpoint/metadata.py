@@ -68,8 +68,8 @@ def merge(manifests: list[dict], world_size: int) -> dict:
                 raise SaveFailedError(f"tensor {key!r} is {t['dtype']} {t['shape']} on rank "
                                       f"{rank} but {entry['dtype']} {entry['shape']} on a "
                                       f"lower rank: expected one global tensor", key=key)
-            if t["box"] is not None:
-                writers.setdefault(key, []).append((rank, t["box"]))
+            # what a rank writes is its pieces' boxes: one, or one per run of a block shard
+            writers.setdefault(key, []).extend((rank, p["box"]) for p in t["pieces"])
             entry["pieces"].extend(t["pieces"])
     for rank, m in enumerate(manifests):
         missing = sorted(set(tensors) - set(m["tensors"]))

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from dtensor.checkpoint.errors import UnsupportedValueError
-from dtensor.layout import Box, box_intersect, box_numel, local_box
-from dtensor.placements import Partial, Placement, Replicate, Shard
+from dtensor.layout import Box, box_intersect, box_numel, local_box, pieces
+from dtensor.placements import Partial, Placement, Replicate, Shard, has_block
 from dtensor.tensor import DTensor
 
 # Note [chunks]
@@ -54,6 +54,25 @@ class TensorView:
             return tuple((0, n) for n in self.shape)
         assert self.coordinate is not None
         return local_box(self.shape, self.mesh_shape, self.placements, self.coordinate)
+
+    def boxes(self) -> list[tuple[Box, tuple[slice, ...]]]:
+        """The boxes of the global tensor this rank holds, each with where it sits in the
+        piece: one box, or for block shards one per run (Note [block shards] in
+        dtensor/layout.py; ``[]`` where the piece is empty)."""
+        if not self.distributed or not has_block(self.placements):
+            box = self.box()
+            return [(box, tuple(slice(0, b - a) for a, b in box))]
+        assert self.coordinate is not None
+        per_dim = []
+        for intervals in pieces(self.shape, self.mesh_shape, self.placements, self.coordinate):
+            at, spans = 0, []
+            for a, b in intervals:
+                if b > a:
+                    spans.append(((a, b), slice(at, at + b - a)))
+                    at += b - a
+            per_dim.append(spans)
+        return [(tuple(iv for iv, _ in combo), tuple(sl for _, sl in combo))
+                for combo in itertools.product(*per_dim)]
 
     def holds_value(self) -> bool:
         """False where a loaded Partial(sum) piece must be zero (Note [loading into Partial])."""

@@ -209,18 +209,20 @@ def plan_rank(begun: Begun, chunk_bytes: int) -> Planned:
                                   f"{view.placements}: reduce it before saving", key=key)
         writes = (plain[key] % begun.comm.size == rank if not view.distributed
                   else view.coordinate is not None and view.replica_zero)
-        box = view.box() if writes else None
+        boxes = view.boxes() if writes else []
         entries[key] = {"shape": list(view.shape), "dtype": dtype_name(view.dtype),
                         "placements": begun.source[key], "mesh": list(view.mesh_shape),
-                        "box": box, "pieces": []}
-        if box is None or any(b == a for a, b in box):
-            continue  # not the writer, or an empty piece (a 0-d box is () and is written)
-        assert local is not None
-        chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
-        cboxes = grid(box, chunk)
-        pieces.append(Piece(local.detach(), box, cboxes, [chunk_name(key, c) for c in cboxes]))
-        entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
-                                       "chunk": list(chunk), "crc32": None})
+                        "box": boxes[0][0] if len(boxes) == 1 else None, "pieces": []}
+        for box, where in boxes:  # one box, or one per run of a block shard
+            if any(b == a for a, b in box):
+                continue  # an empty piece (a 0-d box is () and is written)
+            assert local is not None
+            chunk = chunk_shape(tuple(b - a for a, b in box), view.dtype.itemsize, chunk_bytes)
+            cboxes = grid(box, chunk)
+            pieces.append(Piece(local.detach()[where], box, cboxes,
+                                [chunk_name(key, c) for c in cboxes]))
+            entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
+                                           "chunk": list(chunk), "crc32": None})
     if not pieces:
         return Planned(begun.store, begun.version, file, [],
                        {"file": None, "bytes": 0, "tensors": entries})

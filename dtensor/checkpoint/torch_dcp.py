@@ -201,19 +201,23 @@ def _fill(read_item: Any, key: str, md: Any, target: torch.Tensor, where: str) -
         if not view.holds_value():
             local.zero_()
             return
-        box = view.box()
-        if not box_numel(box):
-            return  # an empty piece
-        covered = 0
-        for c in md.chunks:
-            cbox = tuple((o, o + s) for o, s in zip(c.offsets, c.sizes))
-            if not overlaps(cbox, box):
-                continue
-            chunk = read_item(key, tuple(c.offsets))
-            common = box_intersect(cbox, box)
-            local[relative(common, box)] = chunk[relative(common, cbox)].to(local.device)
-            covered += box_numel(common)
-        if covered != box_numel(box):
-            raise CorruptCheckpointError(f"{where}: tensor {key!r}: DCP's chunks cover "
-                                         f"{covered} of the {box_numel(box)} elements this "
-                                         f"rank needs", file=where, key=key)
+        for box, at in view.boxes():  # one, or one per run of a block shard
+            if box_numel(box):
+                _fill_box(read_item, key, md, local[at], box, where)
+
+
+def _fill_box(read_item: Any, key: str, md: Any, part: torch.Tensor, box: tuple,
+              where: str) -> None:
+    covered = 0
+    for c in md.chunks:
+        cbox = tuple((o, o + s) for o, s in zip(c.offsets, c.sizes))
+        if not overlaps(cbox, box):
+            continue
+        chunk = read_item(key, tuple(c.offsets))
+        common = box_intersect(cbox, box)
+        part[relative(common, box)] = chunk[relative(common, cbox)].to(part.device)
+        covered += box_numel(common)
+    if covered != box_numel(box):
+        raise CorruptCheckpointError(f"{where}: tensor {key!r}: DCP's chunks cover "
+                                     f"{covered} of the {box_numel(box)} elements this "
+                                     f"rank needs", file=where, key=key)
