@@ -266,7 +266,7 @@ def _pieces(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
         extent = sum(b - a for a, b in held[p.dim])
         run = extent if p.block is None else p.block
         try:
-            if extent % run:
+            if run and extent % run:
                 raise PlacementError(f"its extent {extent} is not a whole number of runs of "
                                      f"{run}")
             lo, hi = split_bounds(run, mesh_shape[m], coordinate[m], p.sizes)
@@ -274,6 +274,7 @@ def _pieces(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
             raise PlacementError(f"{p!r} on mesh dim {m} ({mesh_shape[m]} ranks) of a tensor "
                                  f"of shape {global_shape}: {e}") from None
         kept = [(k * run + lo, k * run + hi) for k in range(extent // run)] if hi > lo else []
+        # (an empty extent: run is 0, and split_bounds has checked explicit sizes against it)
         held[p.dim] = _select(held[p.dim], kept)
     return tuple(held)
 

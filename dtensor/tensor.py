@@ -15,7 +15,7 @@ from dtensor.dispatch import bind, torch_dispatch
 from dtensor.dispatch.checks import check_local_shapes, measured_sizes
 from dtensor.foreign import refuse_torch_dtensor, refuse_torch_mesh
 from dtensor.mesh import DeviceMesh, resolve_mesh
-from dtensor.layout import check_layout, local_shape
+from dtensor.layout import check_layout, local_shape, split_bounds
 from dtensor.placements import (Placement, PlacementError, Replicate, Shard, fmt_placements,
                                 MEASURED, has_split_rule, normalize_placements)
 from dtensor.spec import DTensorSpec, TensorSpec, contiguous_strides, replicate_partials
@@ -179,7 +179,7 @@ class DTensor(torch.Tensor):
             return _autograd.FromLocal.apply(local_tensor.new_empty(0), spec, DTensor)
         if run_check:
             if shape is None and any(type(p) is Shard and type(p.sizes) is tuple
-                                     for p in placements):
+                                     and p.block is None for p in placements):
                 shape = _even_global_shape(local_tensor.shape, mesh, placements)  # as given
             global_shape = check_local_shapes(local_tensor, mesh, placements, shape)
         elif shape is not None:
@@ -358,9 +358,22 @@ def _even_global_shape(local: Sequence[int], mesh: DeviceMesh,
     for mesh_dim in reversed(range(len(placements))):
         p = placements[mesh_dim]
         if isinstance(p, Shard):
-            shape[p.dim] = (sum(p.sizes) if type(p.sizes) is tuple
+            shape[p.dim] = (_runs_extent(p, shape[p.dim], mesh, mesh_dim) if p.block
+                            else sum(p.sizes) if type(p.sizes) is tuple
                             else shape[p.dim] * mesh.size(mesh_dim))
     return tuple(shape)
+
+
+def _runs_extent(p: Shard, local: int, mesh: DeviceMesh, mesh_dim: int) -> int:
+    """A block shard's extent from this rank's piece: its part of each run, times the runs
+    (Note [block shards] in dtensor/layout.py); every rank's part alike where unknown."""
+    coord = mesh.get_coordinate()
+    n = mesh.size(mesh_dim)
+    try:
+        lo, hi = split_bounds(p.block, n, coord[mesh_dim] if coord else 0, p.sizes)
+    except PlacementError:
+        return local * n
+    return local // (hi - lo) * p.block if hi > lo else 0
 
 
 def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Placement],

@@ -566,9 +566,10 @@ def _checked(spec: ShardSpec, name: str, shape: tuple[int, ...], mesh_shape: tup
         raise AnnotationError([name], f"{spec} cannot lay out this value of shape "
                               f"{tuple(shape)} on mesh {mesh_shape}: {e}") from None
     if has_split_rule(ps):  # the planner's universe is chunk Shards, R and P
-        sized = ", ".join(str(p) for p in ps if isinstance(p, Shard) and p.sizes is not None)
+        sized = ", ".join(str(p) for p in ps if isinstance(p, Shard) and not p.is_plain)
         raise AnnotationError([name], f"{spec}: whole-graph inference plans torch.chunk "
-                              f"pieces only, not {sized}; annotate the Shard without sizes, "
+                              f"pieces only, not {sized}; annotate the Shard without sizes or "
+                              f"block, "
                               f"or run eagerly, where split rules are carried (Note [split "
                               f"rules] in dtensor/layout.py)")
     return ShardSpec(ps, spec.mutable)

@@ -49,7 +49,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dtensor.layout import local_box, mesh_coordinates
+from dtensor.layout import local_shape, mesh_coordinates
 from dtensor.ops._common import no_empty_piece
 from dtensor.ops.registry import (OpSpec, Strategy, TensorSpec, local_function,
                                   takes_split_rules,
@@ -343,7 +343,7 @@ sharding_rule(*foreach_overloads())(foreach_rule)
 def _no_empty_piece_held(op: OpSpec, t: TensorSpec, p: Shard) -> bool:
     """No piece of ``t``'s dim ``p.dim`` is empty: under chunk's rule for any earlier mesh
     dims (``no_empty_piece``), under a split rule as ``t`` holds it."""
-    if p.sizes is None:
+    if p.is_plain:
         return no_empty_piece(op, t.shape[p.dim])
-    return all(b - a > 0 for a, b in (local_box(t.shape, op.mesh_shape, t.placements, c)[p.dim]
-                                      for c in mesh_coordinates(op.mesh_shape)))
+    return all(local_shape(t.shape, op.mesh_shape, t.placements, c)[p.dim] > 0
+               for c in mesh_coordinates(op.mesh_shape))

@@ -319,8 +319,9 @@ def view(op: OpSpec) -> list[Strategy]:
 # Only a dim no other mesh dim cuts (a nested cut would need every outer piece to align).
 def _split_rule_views(op: OpSpec, t: TensorSpec, dst: Sequence[int]) -> list[Strategy]:
     p = t.placements[op.mesh_dim]
-    if not (isinstance(p, Shard) and p.sizes is not None) or math.prod(t.shape) == 0:
-        return []
+    if not (isinstance(p, Shard) and p.sizes is not None and p.block is None) \
+            or math.prod(t.shape) == 0:
+        return []  # (a block's sizes cut each run: _block_views)
     if any(isinstance(q, Shard) and q.dim == p.dim
            for m, q in enumerate(t.placements) if m != op.mesh_dim):
         return []

@@ -377,6 +377,10 @@ def _chosen_shard(chosen: Any, param: nn.Parameter, dp_mesh: DeviceMesh, owner: 
         raise FullyShardError(f"{where} returned {chosen}: a parameter that is also "
                               f"tensor-parallel is cut on dim 0 by chunk's rule (Note "
                               f"[nested dp inside tp])")
+    if chosen.block is not None:
+        raise FullyShardError(f"{where} returned {chosen!r}: fully_shard cuts each parameter "
+                              f"into one box per rank; expected Shard(d) or a split rule "
+                              f"without a block")
     if chosen.sizes is not None:
         try:
             check_layout(tuple(param.shape), (dp_mesh.shape[-1],), (chosen,))
