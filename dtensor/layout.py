@@ -521,6 +521,8 @@ def layout_picture(global_shape: Sequence[int], mesh_shape: Sequence[int],
     0 0 1 1
     0 0 1 1
     2 2 3 3
+    >>> print(layout_picture((12,), (2,), [Shard(0, block=4)]))
+    0 0 1 1 0 0 1 1 0 0 1 1
     """
     shape = tuple(global_shape)
     if len(shape) not in (1, 2):
@@ -528,10 +530,10 @@ def layout_picture(global_shape: Sequence[int], mesh_shape: Sequence[int],
     rows, cols = (1, shape[0]) if len(shape) == 1 else shape
     held: list[list[str]] = [[""] * cols for _ in range(rows)]
     for rank, coord in enumerate(mesh_coordinates(mesh_shape)):
-        box = local_box(shape, mesh_shape, placements, coord)
-        (r0, r1), (c0, c1) = ((0, 1), box[0]) if len(shape) == 1 else box
-        for r in range(r0, r1):
-            for c in range(c0, c1):
+        dims = pieces(shape, mesh_shape, placements, coord)
+        row_ivs, col_ivs = (((0, 1),), dims[0]) if len(shape) == 1 else dims
+        for r in (r for a, b in row_ivs for r in range(a, b)):
+            for c in (c for a, b in col_ivs for c in range(a, b)):
                 held[r][c] += str(rank) if rank < 10 else f"({rank})"
     width = max((len(h) for row in held for h in row), default=1) or 1
     return "\n".join(" ".join((h or ".").ljust(width) for h in row).rstrip() for row in held)

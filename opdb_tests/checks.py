@@ -22,7 +22,7 @@ from torch.utils import _pytree as pytree
 from dtensor.dispatch import fallback_policy
 from dtensor.dispatch.general import _written
 from simpg.errors import SimpgError
-from dtensor.layout import local_slices
+from dtensor.redistribute.reference import local_index
 from dtensor.redistribute.reference import shard_full, unshard
 from dtensor.ops.propagate import candidates, decide
 from dtensor.ops.registry import REGISTRY, TensorSpec
@@ -159,7 +159,7 @@ def _piece(a: torch.Tensor, p: tuple[Placement, ...], mesh_shape: tuple[int, ...
     splits the value (shard_full's piece is then the slice of the value, copied)."""
     if any(isinstance(q, Partial) for q in p):
         return _pieces(a, p, mesh_shape, seed, position)[coord]
-    return a[local_slices(tuple(a.shape), mesh_shape, p, coord)].clone()
+    return a[local_index(tuple(a.shape), mesh_shape, p, coord)].clone()
 
 
 def predicted(call: AtenCall | None, placements: Sequence[Sequence[Placement]],
@@ -394,7 +394,7 @@ def _backward(fulls: list, ref: Reference, leaves: list,
     for j, (g, w, x, p) in enumerate(zip(got_g, ref.want_g, ref.inputs, grad_placements)):
         if w is None:
             w = torch.zeros_like(x)
-        w = w[local_slices(tuple(w.shape), tuple(mesh.shape), replicate_partials(p), coord)]
+        w = w[local_index(tuple(w.shape), tuple(mesh.shape), replicate_partials(p), coord)]
         if g is None:
             g = torch.zeros_like(w)
         r = _close(g, w, rtol, atol)

@@ -2,8 +2,9 @@
 
 For an OpInfo's first sample on 4 ranks, each fixed sharded case of the chunk tier
 (``cases.base_assignments``) runs three times in one world: as it is, with every Shard
-balanced, and with every Shard cut by explicit sizes (chunk's sizes reversed, so the empty
-pieces come first). The soundness harness also checks, for the op's aten call held under
+balanced, with every Shard cut by explicit sizes (chunk's sizes reversed, so the empty
+pieces come first), and with every Shard a block shard (Note [block shards]: runs of the
+dim's largest proper divisor, where it has one; else chunk's cut again). The soundness harness also checks, for the op's aten call held under
 each rule, every candidate that keeps a split rule (the others are chunk's, which the
 default tier checks). Forward and backward results must equal one device wherever chunk's do:
 a case that
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 MESH = (4,)
 TIERS = ("forward", "backward")
+RULES = ("chunk", "balanced", "explicit", "block")
 ALL = entries()
 
 # key -> why it fails under a split rule where it passes under chunk's
@@ -48,6 +50,10 @@ def _under(rule: str, tensors, placements) -> tuple[tuple[Placement, ...], ...]:
             return p
         if rule == "balanced":
             return Shard(p.dim, "balanced")
+        if rule == "block":
+            n = t.shape[p.dim]
+            block = next((b for b in range(n // 2, 1, -1) if n % b == 0), None)
+            return Shard(p.dim, block=block)
         return Shard(p.dim, _reversed_chunks(t.shape[p.dim], MESH[0]))
 
     return tuple(tuple(one(t, p) for p in ps) for t, ps in zip(tensors, placements))
@@ -66,14 +72,14 @@ def split_failures(e) -> list[str]:
         if not any(isinstance(p, Shard) for ps in placements for p in ps):
             continue
         for tier in TIERS:
-            for rule in ("chunk", "balanced", "explicit"):
+            for rule in RULES:
                 pl = placements if rule == "chunk" else _under(rule, tensors, placements)
                 cases.append((e, s, call, pl, tier))
                 labels.append((rule, f"{tier} {fmt_placements(pl)}"))
     out = _unsound_kept_rules(e, s, call, cases)
     results = sweep.run_world(MESH, cases) if cases else []
-    for i in range(0, len(results), 3):
-        chunk, *others = results[i:i + 3]
+    for i in range(0, len(results), len(RULES)):
+        chunk, *others = results[i:i + len(RULES)]
         if chunk is not None:
             continue  # the chunk tier's own verdict (expected_failures.py) covers it
         out += [f"{labels[i + 1 + k][1]}: {f.reason}" for k, f in enumerate(others)

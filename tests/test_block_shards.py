@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import dtensor.checkpoint as dcp
+import simpg
 from dtensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from dtensor.debug import CommDebugMode
 from dtensor.layout import check_layout, lays_out, local_shape, mesh_coordinates, pieces, refine
@@ -165,7 +166,7 @@ def _view_chain(mesh, B, H, S, D, placements):
     def step(t, weight):
         flat = t.transpose(1, 2).reshape(B * H, S, D)
         y = torch.softmax(torch.bmm(flat, weight), dim=-1).relu() * 2
-        return y.reshape(B, H, S, D).transpose(1, 2).flatten(2)
+        return y.reshape(B, H, S, D).transpose(1, 2)
 
     want = step(x, w)
     (want * want).sum().backward()
@@ -180,11 +181,11 @@ def _view_chain(mesh, B, H, S, D, placements):
                                                                      x.grad))
 
 
-VIEW_CASES = [  # mesh, (B, H, S, D), x's placements, flattened, the output's (B, S, H * D)
+VIEW_CASES = [  # mesh, (B, H, S, D), x's placements, flattened, the output's (B, S, H, D)
     ((4,), (2, 4, 3, 5), [Shard(2)], (Shard(0, block=4),), (Shard(2),)),
-    # uneven heads, 2, 2, 1, 0 of each batch row; heads x D flattened: explicit sizes
-    ((4,), (3, 5, 2, 4), [Shard(2)], (Shard(0, block=5),), (Shard(2, sizes=(8, 8, 4, 0)),)),
-    ((2,), (2, 3, 2, 4), [Shard(2)], (Shard(0, block=3),), (Shard(2, sizes=(8, 4)),)),
+    # uneven heads, 2, 2, 1, 0 of each batch row
+    ((4,), (3, 5, 2, 4), [Shard(2)], (Shard(0, block=5),), (Shard(2),)),
+    ((2,), (2, 3, 2, 4), [Shard(2)], (Shard(0, block=3),), (Shard(2),)),
     ((2, 2), (4, 4, 2, 3), [Shard(0), Shard(2)], (Shard(0), Shard(0, block=4)),
      (Shard(0), Shard(2))),
     ((2, 3), (2, 6, 2, 3), [Shard(0), Shard(2)], (Shard(0), Shard(0, block=6)),
@@ -281,5 +282,36 @@ def test_checkpoints_save_a_block_layout_and_load_it_into_any_other(tmp_path):
     run_on_mesh((2, 2), save)
     assert all(run_on_mesh((2,), load))
     plain = {"w": torch.zeros(12, 6)}
+    dcp.load(plain, tmp_path)
+    assert torch.equal(plain["w"], x)
+
+
+def _save_torch_strided(path, x):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor as TorchDTensor
+    from torch.distributed.tensor import Shard as TorchShard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    # FSDP2 over tensor parallel: tp cuts dim 0 first, dp cuts each tp piece (torch's own
+    # right-to-left layout), read back through torch's placements
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dp, tp = mesh.get_coordinate()
+    rows = x.chunk(2)[tp].chunk(2)[dp]
+    t = TorchDTensor.from_local(rows, mesh, [_StridedShard(0, split_factor=2), TorchShard(0)],
+                                run_check=False, shape=x.shape, stride=x.stride())
+    dcp.save({"w": t}, path)
+
+
+def test_torchs_strided_shard_saves_as_a_block_shard_and_loads_into_any_layout(tmp_path):
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(0))
+    simpg.run(lambda: _save_torch_strided(tmp_path, x), 4)
+
+    def load(mesh):
+        t = distribute_tensor(torch.zeros(8, 3), mesh, [Shard(0, block=4)])
+        dcp.load({"w": t}, tmp_path)
+        return torch.equal(t.full_tensor(), x)
+
+    assert all(run_on_mesh((2,), load))
+    plain = {"w": torch.zeros(8, 3)}
     dcp.load(plain, tmp_path)
     assert torch.equal(plain["w"], x)

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from dtensor.checkpoint.errors import UnsupportedValueError
-from dtensor.layout import Box, box_intersect, box_numel, local_box, pieces
-from dtensor.placements import Partial, Placement, Replicate, Shard, has_block
+from dtensor.layout import (Box, box_intersect, box_numel, local_box, local_shape,
+                            mesh_coordinates, pieces)
+from dtensor.placements import Partial, Placement, PlacementError, Replicate, Shard, has_block
 from dtensor.tensor import DTensor
 
 # Note [chunks]
@@ -115,14 +116,18 @@ def first_replica(coordinate: Sequence[int], sharding: set[int]) -> bool:
 
 
 def _torch_view(t: Any, key: str) -> tuple[TensorView, torch.Tensor | None]:
-    """torch's DTensor: its placements as ours (same torch.chunk layout, mesh-dim order)."""
+    """torch's DTensor: its placements as ours (same torch.chunk layout, mesh-dim order;
+    ``_StridedShard`` as a block shard, ``from_strided_shard``)."""
     placements: list[Placement] = []
-    for p in t.placements:
+    for m, p in enumerate(t.placements):
         if type(p).__name__ == "_StridedShard":
-            raise UnsupportedValueError(f"{key!r}: torch's _StridedShard placement "
-                                        f"{p} is not supported: expected Shard, Replicate or "
-                                        f"Partial", key=key)
-        if p.is_shard():
+            try:
+                placements.append(from_strided_shard(
+                    p.dim, int(p.split_factor), tuple(t.shape), tuple(t.device_mesh.shape),
+                    tuple(placements) + (Replicate(),) * (t.device_mesh.ndim - m)))
+            except PlacementError as e:
+                raise UnsupportedValueError(f"{key!r}: torch's {p}: {e}", key=key) from None
+        elif p.is_shard():
             placements.append(Shard(p.dim))
         elif p.is_partial():
             placements.append(Partial(p.reduce_op))
@@ -135,6 +140,27 @@ def _torch_view(t: Any, key: str) -> tuple[TensorView, torch.Tensor | None]:
     view = TensorView(tuple(t.shape), t.dtype, tuple(placements), tuple(t.device_mesh.shape),
                       coord, first)
     return view, (t._local_tensor if coord is not None else None)
+
+
+def from_strided_shard(dim: int, split_factor: int, shape: tuple[int, ...],
+                       mesh_shape: tuple[int, ...], before: tuple[Placement, ...]) -> Shard:
+    """torch's ``_StridedShard(dim, split_factor)`` on the mesh dim after ``before`` (the
+    earlier mesh dims' placements, Replicate from there on) as our block shard: torch chunks
+    the extent that mesh dim splits into ``split_factor`` pieces and each of those across the
+    mesh dim, which is ``Shard(dim, block=extent // split_factor)`` where the pieces are equal
+    (Note [block shards] in dtensor/layout.py).
+
+    >>> from_strided_shard(0, 2, (8, 4), (2, 2), (Replicate(), Replicate()))
+    Shard(dim=0, block=4)
+    """
+    extents = {local_shape(shape, mesh_shape, before, c)[dim] for c in mesh_coordinates(mesh_shape)}
+    extent = extents.pop()
+    if extents or split_factor < 1 or extent % split_factor or extent // split_factor < 2:
+        raise PlacementError(f"split_factor {split_factor} of dim {dim} (extent {extent} on "
+                             f"some rank) has no block shard: expected every rank's extent "
+                             f"to split into {split_factor} equal runs of at least 2")
+    block = extent // split_factor
+    return Shard(dim) if block == extent else Shard(dim, block=block)
 
 
 def chunk_shape(shape: tuple[int, ...], itemsize: int, chunk_bytes: int) -> tuple[int, ...]:
