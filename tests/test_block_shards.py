@@ -1,5 +1,5 @@
 """Block shards (Note [block shards] in dtensor/layout.py): ``Shard(d, block=b)`` through the
-layout, the planner (the exact byte lower bound wherever both ends share a refined view),
+layout, the planner (the exact byte lower bound between any two Shard/Replicate layouts),
 redistribute, ``distribute_tensor`` / ``from_local`` / ``full_tensor``, views (Note [views of
 block shards]), matmul, softmax and attention in the math form, autograd and checkpoints,
 equal to one device and with no collective where one device would only view."""
@@ -96,14 +96,14 @@ BLOCK_UNIVERSES = [
 
 @pytest.mark.parametrize("mesh, shape, universe", BLOCK_UNIVERSES,
                          ids=[f"mesh{m}-shape{s}" for m, s, _ in BLOCK_UNIVERSES])
-def test_moves_in_a_shared_refined_view_receive_exactly_what_each_rank_lacks(mesh, shape,
-                                                                             universe):
+def test_every_move_receives_exactly_what_each_rank_lacks(mesh, shape, universe):
     """Every pair of Shard/Replicate layouts with a block: correct on every rank (the
-    reference executor), and where both ends share a refined view at the byte lower bound."""
+    reference executor) and at the byte lower bound, in a shared refined view or, where
+    there is none, by one all_to_all of the pieces (Note [moves between block layouts])."""
     full = integer_valued(shape, torch.float32)
     lists = [pl for pl in itertools.product(universe, repeat=len(mesh))
              if lays_out(shape, mesh, pl)]
-    above, shared = [], 0
+    above, shared, unshared = [], 0, 0
     for a, b in itertools.product(lists, repeat=2):
         if a == b or not any(p.block for p in a + b if type(p) is Shard):
             continue
@@ -111,16 +111,20 @@ def test_moves_in_a_shared_refined_view_receive_exactly_what_each_rank_lacks(mes
         got = plan_bytes(steps, mesh, shape, 1)
         if refine(shape, mesh, (a, b)) is not None:
             shared += 1
-            if got != _lower_bound(shape, mesh, a, b):
-                above.append(f"{a}->{b}: {got} bytes, bound {_lower_bound(shape, mesh, a, b)}")
-    assert shared and not above, "\n".join(above)
+        else:
+            unshared += 1
+            assert [s.kind for s in steps] == ["all_to_all"], (a, b, steps)
+        if got != _lower_bound(shape, mesh, a, b):
+            above.append(f"{a}->{b}: {got} bytes, bound {_lower_bound(shape, mesh, a, b)}")
+    assert shared and unshared and not above, "\n".join(above)
 
 
-def test_a_move_with_no_shared_view_goes_through_replicate_and_says_so_in_its_bytes():
-    # chunk cuts 12 rows at 6, inside a run of 4: no view holds both as boxes
+def test_a_move_with_no_shared_view_is_one_all_to_all_at_the_bound():
+    # chunk cuts 12 rows at 6, inside a run of 4: no view holds both as boxes. Rank 0 holds
+    # rows 0-1, 4-5, 8-9 and needs 0-5: it receives rows 2-3 only
     steps = plan([HEADS], [Shard(0)], (2,), (12, 4))
-    assert [s.kind for s in steps] == ["all_gather", "local_slice"]
-    assert plan_bytes(steps, (2,), (12, 4), 1) == 2 * 6 * 4  # the bound is 2 * 2 * 4
+    assert [s.kind for s in steps] == ["all_to_all"]
+    assert plan_bytes(steps, (2,), (12, 4), 1) == 2 * 2 * 4
 
 
 def test_partial_and_block_shards_plan_correctly():
@@ -315,3 +319,60 @@ def test_torchs_strided_shard_saves_as_a_block_shard_and_loads_into_any_layout(t
     plain = {"w": torch.zeros(8, 3)}
     dcp.load(plain, tmp_path)
     assert torch.equal(plain["w"], x)
+
+
+@pytest.mark.parametrize("mesh_shape, a, b", [
+    ((2,), [HEADS], [Shard(0)]),
+    ((2, 2), [Shard(0, block=4), Shard(1, block=3)], [Shard(0), Shard(0)]),
+])
+def test_a_move_with_no_shared_view_moves_what_the_plan_says_forward_and_back(mesh_shape, a, b):
+    """The executor's all_to_all on pieces (Note [moves between block layouts]): the trace's
+    bytes are the plan's, the pieces and the gradient are right."""
+    shape = (12, 6)
+    full = torch.arange(72.0).reshape(shape)
+
+    def body(mesh):
+        d = distribute_tensor(full, mesh, a).requires_grad_()
+        e = d.redistribute(mesh, b)
+        (e * e).sum().backward()
+        coord = mesh.get_coordinate()
+        return (torch.equal(e.to_local(), full[local_index(shape, mesh_shape, b, coord)]),
+                d.grad.placements == tuple(a) and torch.equal(
+                    d.grad.to_local(), 2 * full[local_index(shape, mesh_shape, a, coord)]))
+
+    with simpg.trace() as t:
+        results = run_on_mesh(mesh_shape, body)
+    assert all(x and y for x, y in results)
+    moved = [r for r in t.records if r.op.startswith("all_to_all")]
+    steps = plan(a, b, mesh_shape, shape)
+    assert [s.kind for s in steps] == ["all_to_all"]
+    # forward and backward: the reverse move is the same size
+    assert sum(sum(r.bytes_received) for r in moved) == plan_bytes(steps, mesh_shape, shape) \
+        + plan_bytes(plan(b, a, mesh_shape, shape), mesh_shape, shape)
+
+
+def _compiled_block_step(mesh, backend):
+    torch.manual_seed(0)
+    x, w = torch.randn(12, 6), torch.randn(6, 5)
+    d = distribute_tensor(x, mesh, [HEADS]).requires_grad_()
+    dw = distribute_tensor(w, mesh, [R]).requires_grad_()
+
+    def step(a, b):  # a block shard through matmul, then moved by the pieces' all_to_all
+        return (torch.relu(a @ b) * 2).redistribute(mesh, [Shard(0)]).sum()
+
+    compiled = torch.compile(step, backend=backend, dynamic=False)(d, dw)
+    compiled.backward()
+    grads = d.grad.to_local().clone(), dw.grad.to_local().clone()
+    d.grad = dw.grad = None
+    step(d, dw).backward()
+    return (d.grad.placements == (HEADS,) and torch.allclose(compiled.to_local(),
+                                                              step(d, dw).to_local())
+            and torch.allclose(grads[0], d.grad.to_local())
+            and torch.allclose(grads[1], dw.grad.to_local()))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_of_a_block_shard_step_equals_eager(backend):
+    assert all(run_on_mesh((2,), lambda mesh: _compiled_block_step(mesh, backend),
+                           timeout=120))

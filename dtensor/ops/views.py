@@ -366,8 +366,8 @@ def _block_views(op: OpSpec, t: TensorSpec, dst: Sequence[int]) -> list[Strategy
         if p.dim not in gi:
             continue
         outer_i = next((d for d in gi if src[d] != 1), None)
-        if p.block is None and p.dim == outer_i:
-            return []  # view_shards and _split_rule_views keep these
+        if p.block is None and p.sizes is not None and p.dim == outer_i:
+            return []  # _split_rule_views keeps these
         inside = [d for d in gi if d > p.dim]
         # another mesh dim's plain cut of a blocked dim cuts whole runs (the layout checks it)
         if any(isinstance(q, Shard) and (q.dim in inside or q.dim == p.dim and (

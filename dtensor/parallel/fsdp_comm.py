@@ -277,7 +277,7 @@ def add_grad_pieces(m: _Managed, a: GradPiece | None, b: GradPiece | None) -> Gr
         return a if b is None else b
     local, placements = b
     if placements != a[1]:
-        local = redistribute_local_tensor(local, m.mesh, placements, a[1], m.param._spec.shape)
+        local = _move_grad(local, m, placements, a[1])
     return a[0] + local.to(a[0].dtype), a[1]
 
 
@@ -294,8 +294,7 @@ def accumulate(m: _Managed, into: GradPiece | None, piece: GradPiece | None,
         return (local if keep else local.to(dtype or local.dtype, copy=True,
                                             memory_format=torch.contiguous_format)), placements
     if placements != into[1]:
-        local = redistribute_local_tensor(local, m.mesh, placements, into[1],
-                                          m.param._spec.shape)
+        local = _move_grad(local, m, placements, into[1])
     into[0].add_(local)
     return into
 
@@ -401,10 +400,30 @@ def _cut(local: torch.Tensor, m: _Managed, placements: tuple[Placement, ...]) ->
     coord = m.mesh.get_coordinate()
     if coord is None or any(p != q and not (isinstance(p, Replicate) and isinstance(q, Shard))
                             for p, q in zip(placements, target)):
-        return redistribute_local_tensor(local, m.mesh, placements, target, spec.shape)
+        return _move_grad(local, m, placements, target)
     held = local_box(spec.shape, m.mesh.shape, placements, coord)
     box = local_box(spec.shape, m.mesh.shape, target, coord)
     return local[tuple(slice(b0 - h0, b1 - h0) for (b0, b1), (h0, _) in zip(box, held))]
+
+
+# Note [gradients in another tp layout]
+# A gradient piece says Replicate on the dp dims (compute_placements) while each dp rank holds
+# its own batch's gradient: nothing is replicated there until the reduce-scatter. Moved to
+# another tp layout as written, the planner may use that "replica" (slice over dp,
+# reduce-scatter over tp, all-gather over dp: fewer bytes when tp is the larger dim), which
+# mixes the dp ranks' gradients. What the pieces are is Partial("avg") over dp (the
+# reduce-scatter takes their mean), so the move is planned on that: any plan is then right.
+def _move_grad(local: torch.Tensor, m: _Managed, src: tuple[Placement, ...],
+               dst: tuple[Placement, ...]) -> torch.Tensor:
+    """A gradient piece of ``m`` moved between two layouts that agree on the dp dims (Note
+    [gradients in another tp layout])."""
+    dp = {k for k in (m.dp_dim, m.replicate_dim)
+          if k is not None and isinstance(src[k], Replicate) and dst[k] == src[k]}
+
+    def truth(placements: tuple[Placement, ...]) -> tuple[Placement, ...]:
+        return tuple(Partial("avg") if k in dp else p for k, p in enumerate(placements))
+
+    return redistribute_local_tensor(local, m.mesh, truth(src), truth(dst), m.param._spec.shape)
 
 
 def _cat(tensors: Sequence[torch.Tensor], dim: int, dtype: torch.dtype) -> torch.Tensor:

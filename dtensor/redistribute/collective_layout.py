@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dtensor.layout import (Box, Coord, box_contains, box_intersect, box_numel, local_box,
-                            local_shape, mesh_groups)
+                            local_shape, mesh_groups, pieces)
+from dtensor.redistribute import regions
 from dtensor.redistribute.reference import StepError
 from dtensor.placements import Partial, Placement, Replicate, Shard
 from dtensor.redistribute.planner import Step
@@ -219,6 +220,65 @@ def _a2a_table(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int,
                             f"splits those elements")
         table.append(tuple(row))
     return tuple(table)
+
+
+@dataclass(frozen=True, slots=True)
+class PieceExchange:
+    """One member's part in an all_to_all between block layouts that share no refined view
+    (Note [moves between block layouts]): indexes (``regions.index``) into its old piece of
+    what it sends each member, into its new piece of what it receives from each (with the
+    shape each arrives in) and of what it keeps."""
+
+    target: tuple[int, ...]  # the new piece's shape
+    send_sizes: tuple[int, ...]
+    recv_sizes: tuple[int, ...]
+    sends: tuple[tuple[tuple, ...], ...]
+    receives: tuple[tuple[tuple[tuple, tuple[int, ...]], ...], ...]
+    own: tuple[tuple[tuple, tuple], ...]  # (index into the new piece, into the old)
+
+
+# Note [moves between block layouts]
+# Two layouts with block shards whose pieces no refined view makes boxes of both (a block of 4
+# rows to a plain cut of 12 rows over 2 ranks: rank 0 holds rows 0-1, 4-5, 8-9 and needs 0-5)
+# are one all_to_all: the pieces are products of interval sets (dtensor/redistribute/
+# regions.py), each element comes from the first holder in [the rank itself] + the others in
+# group-rank order, as for boxes, so each rank receives exactly what it lacks.
+@lru_cache(maxsize=1024)
+def piece_exchange(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
+                   group: int) -> tuple[PieceExchange, ...]:
+    """Every member's ``PieceExchange`` for an all_to_all step on block layouts."""
+    members = groups(mesh_shape, step.mesh_dims)[group]
+    if any(isinstance(step.src[m], Partial) or isinstance(step.dst[m], Partial)
+           for m in step.mesh_dims):
+        raise StepError(f"{step}: all_to_all moves S/R pieces; the group has Partial mesh dims")
+    haves = [pieces(global_shape, mesh_shape, step.src, c) for c in members]
+    targets = [pieces(global_shape, mesh_shape, step.dst, c) for c in members]
+    n = len(members)
+    table = []  # table[i][j]: the regions of member i's new piece that member j provides
+    for i in range(n):
+        missing = [targets[i]] if regions.numel(targets[i]) else []
+        row: list[tuple] = [()] * n
+        for j in [i] + [k for k in range(n) if k != i]:
+            row[j] = tuple(x for b in missing if (x := regions.intersect(b, haves[j])))
+            missing = [rest for b in missing for rest in regions.subtract(b, haves[j])]
+        if missing:
+            raise StepError(f"{step}: rank {members[i]} needs {missing} but its group "
+                            f"{list(members)} does not hold it")
+        table.append(row)
+
+    def count(rs: tuple) -> int:
+        return sum(regions.numel(r) for r in rs)
+
+    return tuple(PieceExchange(
+        regions.shape(targets[i]),
+        tuple(0 if j == i else count(table[j][i]) for j in range(n)),
+        tuple(0 if j == i else count(table[i][j]) for j in range(n)),
+        tuple(tuple(regions.index(r, haves[i]) for r in table[j][i]) if j != i else ()
+              for j in range(n)),
+        tuple(tuple((regions.index(r, targets[i]), regions.shape(r)) for r in table[i][j])
+              if j != i else () for j in range(n)),
+        tuple((regions.index(r, targets[i]), regions.index(r, haves[i])) for r in table[i][i]))
+        for i in range(n))
 
 
 def _subtract(a: Box, b: Box) -> list[Box]:

@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from dtensor.redistribute import collective_layout as cl
+from dtensor.redistribute import regions
 from dtensor import comm
 from dtensor.comm import AsyncCollectiveTensor, Handle
 from dtensor.comm.functional import tracing
@@ -50,7 +51,8 @@ from dtensor.layout import Coord, Box, box_shape, local_box, local_shape
 from dtensor.redistribute.reference import STEP_FUNCTIONS as REFERENCE_STEPS
 from dtensor.redistribute.reference import StepError, one_partial_op
 from dtensor.mesh import DeviceMesh
-from dtensor.placements import Placement, Replicate, fmt_placements, normalize_placements
+from dtensor.placements import (Placement, Replicate, fmt_placements, has_block,
+                                 normalize_placements)
 from dtensor.redistribute.planner import Step, plan
 from dtensor.spec import DTensorSpec
 
@@ -259,6 +261,8 @@ def _all_gather(step: Step, where: _Where) -> Runner:
 # backward runs the reverse plan on every rank.
 def _all_to_all(step: Step, where: _Where) -> Runner:
     g, me = where.group(step)
+    if has_block(step.src + step.dst):  # Note [moves between block layouts]
+        return _piece_all_to_all(step, where, g, me)
     ex = cl.exchange(step, where.mesh_shape, where.global_shape, g)[me]
     issue = comm.prepare_all_to_all_single(ex.send_sizes, ex.recv_sizes,
                                            where.mesh.group_for(step.mesh_dims))
@@ -299,6 +303,47 @@ def _all_to_all(step: Step, where: _Where) -> Runner:
         return received.then(unpack)
 
     return run
+
+
+def _piece_all_to_all(step: Step, where: _Where, g: int, me: int) -> Runner:
+    """``_all_to_all`` where the pieces are products of interval sets: the same exchange, its
+    parts read and written by ``regions.index`` (Note [moves between block layouts])."""
+    ex = cl.piece_exchange(step, where.mesh_shape, where.global_shape, g)[me]
+    issue = comm.prepare_all_to_all_single(ex.send_sizes, ex.recv_sizes,
+                                           where.mesh.group_for(step.mesh_dims))
+    recv_sizes = list(ex.recv_sizes)
+
+    def run(t: torch.Tensor) -> Handle[torch.Tensor]:
+        parts = [t[_on(i, t)].reshape(-1) for indices in ex.sends for i in indices]
+        if parts:
+            send = torch.cat(parts)
+        else:  # Note [every rank's backward collective]
+            send = t.reshape(-1)[:0] if tracing(t) else t.new_empty(0)
+
+        def unpack(buf: torch.Tensor) -> torch.Tensor:
+            new = t.new_empty(ex.target)
+            for into, outof in ex.own:
+                new[_on(into, t)] = t[_on(outof, t)]
+            for j, blocks in enumerate(ex.receives):
+                at, part = 0, buf.split(recv_sizes)[j]
+                for into, shape in blocks:
+                    n = math.prod(shape)
+                    new[_on(into, t)] = part[at:at + n].view(shape)
+                    at += n
+            if buf.numel() == 0 and tracing(buf):  # Note [every rank's backward collective]
+                new = new + buf.sum()
+            return new
+
+        return issue(send).then(unpack)
+
+    return run
+
+
+def _on(index: tuple, t: torch.Tensor) -> tuple:
+    """``index`` (``regions.index``: slices, or runs made index tensors on ``t``'s device)."""
+    if isinstance(index, regions.IndexRuns):
+        return regions.index_tensors(index, t.device)
+    return index
 
 
 def _regular_all_to_all(ex: cl.Exchange, a: int, b: int, issue: comm.Prepared) -> Runner:

@@ -42,8 +42,10 @@ from dtensor.layout import (Coord,
     mesh_groups,
     check_layout,
     lays_out,
+    pieces,
     refine,
 )
+from dtensor.redistribute import regions
 from dtensor.placements import (
     Partial,
     Placement,
@@ -134,6 +136,8 @@ def step_received(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[
 def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                    itemsize: int) -> tuple[tuple[Coord, int], ...]:
     global_shape = step.shape(global_shape)
+    if step.view is None and has_block(step.src + step.dst):
+        return tuple(_piece_received(step, mesh_shape, global_shape, itemsize).items())
 
     def box_of(placements: tuple[Placement, ...], coord: Coord) -> Box:
         return local_box(global_shape, mesh_shape, placements, coord)
@@ -142,6 +146,20 @@ def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[
     for c, n in _received(step, mesh_shape, box_of):
         out[c] = n * itemsize
     return tuple(out.items())
+
+
+def _piece_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
+                    itemsize: int) -> dict[Coord, int]:
+    """``_step_received`` for an all_to_all between block layouts (Note [moves between block
+    layouts] in collective_layout.py): each rank receives what its new piece lacks of its old."""
+    if step.kind != "all_to_all":
+        raise ValueError(f"{step}: block layouts that share no refined view move by all_to_all")
+    out = {}
+    for c in mesh_coordinates(mesh_shape):
+        new = pieces(global_shape, mesh_shape, step.dst, c)
+        kept = regions.intersect(new, pieces(global_shape, mesh_shape, step.src, c))
+        out[c] = (regions.numel(new) - (regions.numel(kept) if kept else 0)) * itemsize
+    return out
 
 
 def _received(step: Step, mesh_shape: tuple[int, ...], box_of: Callable[[tuple[Placement, ...],
@@ -268,8 +286,10 @@ def _plan_blocks(src: tuple[Placement, ...], dst: tuple[Placement, ...],
                  mesh_shape: tuple[int, ...], global_shape: tuple[int, ...], itemsize: int
                  ) -> tuple[Step, ...]:
     """A move to or from block shards (Note [block shards] in dtensor/layout.py): planned in
-    the refined view both ends share, or through the layout that keeps every mesh dim of
-    either end not sharding a blocked dim (the rest Replicate), which shares one with each."""
+    the refined view both ends share; else, between Shard/Replicate layouts, one all_to_all
+    of the pieces as they are (Note [moves between block layouts] in collective_layout.py);
+    else through the layout that keeps every mesh dim of either end not sharding a blocked dim
+    (the rest Replicate), which shares a view with each."""
     for placements in (src, dst):
         check_layout(global_shape, mesh_shape, placements)
     both = refine(global_shape, mesh_shape, (src, dst))
@@ -277,6 +297,10 @@ def _plan_blocks(src: tuple[Placement, ...], dst: tuple[Placement, ...],
         a, b = both.placements
         return tuple(dataclasses.replace(s, view=both.groups)
                      for s in plan(a, b, mesh_shape, both.shape, itemsize))
+    dims = tuple(m for m in range(len(src)) if src[m] != dst[m])
+    if not any(isinstance(p, Partial) for p in src + dst):
+        # Note [moves between block layouts]: one all_to_all, each rank receiving what it lacks
+        return (Step("all_to_all", _exchange_group(src, dst, dims), src, dst),)
     blocked = {p.dim for p in src + dst if type(p) is Shard and p.block is not None}
     mid = tuple(_REPLICATE if type(p) is Shard and p.dim in blocked else p for p in src)
     return (_plan_normalized(src, mid, mesh_shape, global_shape, itemsize)

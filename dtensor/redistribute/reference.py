@@ -79,7 +79,7 @@ def local_index(global_shape: Sequence[int], mesh_shape: Sequence[int],
         return local_slices(global_shape, mesh_shape, placements, coordinate)
     dims = pieces(global_shape, mesh_shape, placements, coordinate)
     n = len(dims)
-    return tuple(torch.cat([torch.arange(a, b) for a, b in iv]).reshape(
+    return tuple(torch.cat([torch.arange(a, b) for a, b in iv] or [torch.arange(0)]).reshape(
         [-1 if j == d else 1 for j in range(n)]) for d, iv in enumerate(dims))
 
 
@@ -114,6 +114,8 @@ def _all_to_all(cur: Locals, step: Step, mesh: tuple[int, ...], shape: tuple[int
     if any(isinstance(step.src[m], Partial) or isinstance(step.dst[m], Partial)
            for m in step.mesh_dims):
         raise StepError(f"{step}: all_to_all moves S/R pieces; the group has Partial mesh dims")
+    if has_block(step.src + step.dst):
+        return _all_to_all_by_mask(cur, step, mesh, shape)
     out: Locals = {}
     for group in mesh_groups(mesh, step.mesh_dims):
         for c in group:
@@ -135,6 +137,37 @@ def _all_to_all(cur: Locals, step: Step, mesh: tuple[int, ...], shape: tuple[int
                 raise StepError(f"{step}: rank {c} needs {target} but its group "
                                 f"{group} does not hold all of it: expected a group spanning "
                                 f"every mesh dim that splits those elements")
+            out[c] = new
+    return out
+
+
+def _all_to_all_by_mask(cur: Locals, step: Step, mesh: tuple[int, ...],
+                        shape: tuple[int, ...]) -> Locals:
+    """``_all_to_all`` for pieces that are not boxes, by brute force: each member's piece laid
+    into the global tensor with a mask of what it holds, each new piece read from the first
+    holder in [the rank itself] + the others in group-rank order."""
+    out: Locals = {}
+    for group in mesh_groups(mesh, step.mesh_dims):
+        laid = {}
+        for j in group:
+            full = cur[j].new_zeros(shape)
+            held = torch.zeros(shape, dtype=torch.bool)
+            at = local_index(shape, mesh, step.src, j)
+            full[at], held[at] = cur[j], True
+            laid[j] = (full, held)
+        for c in group:
+            at = local_index(shape, mesh, step.dst, c)
+            new = laid[c][0][at]
+            covered = laid[c][1][at]
+            for j in group:
+                full, held = laid[j]
+                fresh = held[at] & ~covered
+                new = torch.where(fresh, full[at], new)
+                covered = covered | fresh
+            if not bool(covered.all()):
+                raise StepError(f"{step}: rank {c} needs elements its group {group} does not "
+                                f"hold: expected a group spanning every mesh dim that splits "
+                                f"them")
             out[c] = new
     return out
 
