@@ -116,6 +116,7 @@ class _State:
     handles: list[Any] = field(default_factory=list)
     is_root: bool | None = None  # decided at the first forward (Note [free after forward])
     in_backward: bool = False  # Note [recomputed forward]
+    open_graphs: int = 0  # forwards whose backward has not run: Note [forwards before backwards]
     requires_gradient_sync: bool = True  # Note [gradient accumulation]
     # what to prefetch (Note [prefetch])
     forward_prefetch: list[_State] | None = None  # None: the next module of the last forward

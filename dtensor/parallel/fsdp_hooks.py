@@ -128,6 +128,8 @@ class _GatherModule(torch.autograd.Function):
             gathered = _take_prefetched(state)
             if gathered is None:
                 gathered = gather_all(state.params, state.mp.param_dtype)
+            if state.open_graphs:  # Note [forwards before backwards]
+                gathered = _into_freed(state, gathered)
         outs = []
         for m, local in zip(state.params, gathered):
             m.gathered = local
@@ -143,6 +145,7 @@ class _GatherModule(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:  # type: ignore[override]
         state: _State = ctx.state
+        state.open_graphs = max(state.open_graphs - 1, 0)
         out = (None, None)  # Note [reduce-scatter in flight]: gradients set by _settle
         with torch.no_grad():
             # cast to reduce_dtype while packing (one op), unless added to accumulated ones
@@ -261,6 +264,25 @@ def _freed(state: _State) -> list[_Managed]:
             and m.gathered.untyped_storage().size() == 0]
 
 
+# Note [forwards before backwards]
+# A pipeline schedule runs several micro-batches' forwards before their backwards (GPipe,
+# 1F1B's warm-up). Each forward's graph saves the gathered parameters; a module freed after
+# forward regathers into that storage before its backward (Note [free after forward]). A
+# forward that gathered into new storage would leave the earlier graphs' storage empty: so
+# while a graph is open, the gathered values go into the freed storage the earlier forwards
+# saved (the same parameters: no optimizer step runs between micro-batches).
+def _into_freed(state: _State, gathered: list[torch.Tensor]) -> list[torch.Tensor]:
+    out = []
+    for m, new in zip(state.params, gathered):
+        old = m.gathered
+        if (m.owns_gathered and old is not None and old.untyped_storage().size() == 0
+                and old.shape == new.shape and old.dtype == new.dtype):
+            _refilled(m).copy_(new)
+            new = old
+        out.append(new)
+    return out
+
+
 def _regather(state: _State) -> None:
     """Gather the freed parameters again, into the same storage (Note [free after forward]),
     from the regather a prefetch issued if there is one (Note [prefetch]); the copy-out
@@ -336,6 +358,8 @@ def before_forward(state: _State, args: tuple, kwargs: dict) -> tuple[tuple, dic
     # them does, as they would
     anchor = torch.empty(0).requires_grad_(any(m.param.requires_grad for m in state.params))
     outs = _GatherModule.apply(state, anchor)
+    if torch.is_grad_enabled() and anchor.requires_grad:  # its backward will close it
+        state.open_graphs += 1
     # Note [gradient accumulation]: leaves, and _GatherModule's outputs joined after forward
     state.joining = [g for g in outs if g.requires_grad] if _accumulates(state) else None
     for m, gathered in zip(state.params, outs):

@@ -1,0 +1,215 @@
+"""One pipeline stage: a module that runs on the ranks of one coordinate of the pp mesh dim,
+receives its inputs from the previous stage, sends its outputs to the next, and does the same
+with gradients the other way (torch.distributed.pipelining's ``PipelineStage``, manual form).
+
+Note [stage boundaries]
+What crosses a boundary is a tuple of tensors, plain or DTensor. A DTensor travels as its
+local piece, from each rank of the sending stage to the rank at the same coordinate of the
+receiving stage's mesh (the stages' meshes have one shape: the pp dim cut from one mesh), with
+its global shape, stride and placements in a small header sent first (``send_object_list``),
+so the receiver makes the same DTensor on its own mesh with no collective. The header goes
+with every micro-batch: micro-batches may differ in size (``tensor_split`` of an uneven
+batch), and a sender and receiver that disagree on a shape get simpg's clear error rather
+than a wrong answer. The received pieces are leaves that require grad; their gradients go
+back the same way, in the layout the forward sent (``from_local``'s backward gives the piece
+of the gradient in the forward's placements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dtensor.mesh import DeviceMesh
+from dtensor.tensor import DTensor
+
+
+class PipeliningError(ValueError):
+    """A stage or schedule set up in a way no pipeline can run."""
+
+
+@dataclass(frozen=True)
+class _Header:
+    """What the receiver needs to rebuild one boundary value (Note [stage boundaries])."""
+
+    local_shape: tuple[int, ...]
+    dtype: torch.dtype
+    requires_grad: bool
+    # a DTensor's: global shape, stride, placements (None for a plain tensor)
+    shape: tuple[int, ...] | None = None
+    stride: tuple[int, ...] | None = None
+    placements: tuple | None = None
+
+
+class PipelineStage:
+    """``submodule`` as stage ``stage_index`` of ``num_stages``, one stage per rank of
+    ``group`` (the pp process group, the world by default), stage i on group rank i.
+
+    ``mesh``: where DTensors that arrive at this stage live (this stage's sub-mesh, e.g.
+    ``mesh["tp"]`` of a ``("pp", "tp")`` mesh); needed only when DTensors cross a boundary.
+    ``device``, ``input_args`` and ``output_args`` are taken for torch's signature: shapes are
+    sent with each micro-batch (Note [stage boundaries]).
+    """
+
+    def __init__(self, submodule: nn.Module, stage_index: int, num_stages: int,
+                 device: torch.device | str | None = None, input_args: Any = None,
+                 output_args: Any = None, group: dist.ProcessGroup | None = None, *,
+                 mesh: DeviceMesh | None = None) -> None:
+        if not isinstance(submodule, nn.Module):
+            raise PipeliningError(f"PipelineStage takes an nn.Module, got "
+                                  f"{type(submodule).__name__}")
+        if num_stages < 1 or not 0 <= stage_index < num_stages:
+            raise PipeliningError(f"stage_index {stage_index} of num_stages {num_stages}: "
+                                  f"expected 0 <= stage_index < num_stages")
+        self.group = group if group is not None else dist.group.WORLD
+        size, rank = dist.get_world_size(self.group), dist.get_rank(self.group)
+        if size != num_stages or rank != stage_index:
+            raise PipeliningError(
+                f"stage {stage_index} of {num_stages} built on group rank {rank} of {size}: "
+                f"one stage per rank of the pp group, stage i on group rank i (pass the pp "
+                f"mesh dim's group, e.g. mesh.get_group('pp'), and its local rank)")
+        self.submod = submodule
+        self.stage_index, self.num_stages = stage_index, num_stages
+        self.mesh = mesh
+        self.is_first = stage_index == 0
+        self.is_last = stage_index == num_stages - 1
+        self._inputs: dict[int, tuple] = {}  # micro-batch -> leaves received (or given)
+        self._outputs: dict[int, tuple] = {}  # micro-batch -> this stage's outputs
+        self._sends: list[dist.Work] = []
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward_one(self, mb: int, args: tuple, kwargs: dict, n_microbatches: int = 1
+                    ) -> tuple:
+        """Run micro-batch ``mb`` of ``n_microbatches``: the first stage on ``args``, the
+        others on what the previous stage sent; sends the outputs on unless this is the last
+        stage."""
+        if not self.is_first:
+            args, leaves = self._receive_values(self.stage_index - 1, mb, n_microbatches)
+            kwargs = {}
+            self._inputs[mb] = leaves
+        out = self.submod(*args, **kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        if not all(isinstance(o, torch.Tensor) for o in outs):
+            raise PipeliningError(f"stage {self.stage_index} returned "
+                                  f"{[type(o).__name__ for o in outs]}: a stage returns a "
+                                  f"tensor or a tuple of tensors")
+        self._outputs[mb] = outs
+        if not self.is_last:
+            self._send_values(outs, self.stage_index + 1, mb, n_microbatches)
+        return outs
+
+    # -- backward --------------------------------------------------------------------------
+    def backward_one(self, mb: int, loss: torch.Tensor | None = None) -> None:
+        """Micro-batch ``mb``'s backward: from ``loss`` on the last stage, else from the
+        gradients the next stage sends; then the inputs' gradients go to the previous one."""
+        outs = self._outputs.pop(mb)
+        if self.is_last:
+            if loss is None:
+                raise PipeliningError("the last stage's backward needs the micro-batch's loss: "
+                                      "give the schedule a loss_fn")
+            loss.backward()
+        else:
+            grads = self._receive_grads(outs, self.stage_index + 1)
+            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+            if pairs:
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        if not self.is_first:
+            self._send_grads(self._inputs.pop(mb), self.stage_index - 1)
+
+    def sync_gradients(self, sync: bool) -> None:
+        """Whether the next forward or backward reduces gradients over dp, where the module
+        is data parallel (Note [one reduce-scatter per step] in schedules.py)."""
+        setter = getattr(self.submod, "set_requires_gradient_sync", None)
+        if setter is not None:
+            setter(sync)
+
+    def scale_grads(self, factor: int) -> None:
+        """Divide the module's gradients by ``factor`` (the micro-batch count)."""
+        with torch.no_grad():
+            for p in self.submod.parameters():
+                if p.grad is not None:
+                    p.grad.div_(factor)
+
+    def wait_sends(self) -> None:
+        for work in self._sends:
+            work.wait()
+        self._sends.clear()
+
+    # -- what crosses a boundary (Note [stage boundaries]) ----------------------------------
+    def _peer(self, stage: int) -> int:
+        return dist.get_global_rank(self.group, stage)
+
+    def _send_values(self, values: tuple, stage: int, mb: int, m: int) -> None:
+        headers = [_header(v) for v in values]
+        dist.send_object_list([(mb, m, headers)], self._peer(stage), group=self.group)
+        for v in values:
+            local = v._local_tensor if isinstance(v, DTensor) else v
+            self._sends.append(dist.isend(local.detach().contiguous(), self._peer(stage),
+                                          group=self.group))
+
+    def _receive_values(self, stage: int, mb: int, m: int) -> tuple[tuple, tuple]:
+        """The values the previous stage sent for micro-batch ``mb`` of ``m``, and the
+        received pieces behind them (their gradients are what goes back)."""
+        box: list[Any] = [None]
+        dist.recv_object_list(box, self._peer(stage), group=self.group)
+        sent_mb, sent_m, headers = box[0]
+        if (sent_mb, sent_m) != (mb, m):
+            raise PipeliningError(
+                f"stage {self.stage_index} runs micro-batch {mb} of {m} but stage {stage} sent "
+                f"micro-batch {sent_mb} of {sent_m}: every stage's schedule needs the same "
+                f"n_microbatches and the same order of forwards")
+        out, leaves = [], []
+        for h in headers:
+            buf = torch.empty(h.local_shape, dtype=h.dtype, device=self._device())
+            dist.recv(buf, self._peer(stage), group=self.group)
+            buf.requires_grad_(h.requires_grad)
+            leaves.append(buf)
+            if h.placements is None:
+                out.append(buf)
+                continue
+            if self.mesh is None:
+                raise PipeliningError(
+                    f"stage {self.stage_index} receives a DTensor with placements "
+                    f"{h.placements} but was built without mesh=: pass the stage's sub-mesh "
+                    f"(PipelineStage(..., mesh=mesh['tp']))")
+            out.append(DTensor.from_local(buf, self.mesh, h.placements, shape=h.shape,
+                                          stride=h.stride))
+        return tuple(out), tuple(leaves)
+
+    def _receive_grads(self, outs: tuple, stage: int) -> list[torch.Tensor]:
+        grads = []
+        for o in outs:
+            local = o._local_tensor if isinstance(o, DTensor) else o
+            buf = torch.empty(local.shape, dtype=local.dtype, device=local.device)
+            dist.recv(buf, self._peer(stage), group=self.group)
+            if isinstance(o, DTensor):
+                buf = DTensor.from_local(buf, o.device_mesh, o.placements, shape=o.shape,
+                                         stride=o.stride())
+            grads.append(buf)
+        return grads
+
+    def _send_grads(self, leaves: tuple, stage: int) -> None:
+        for leaf in leaves:
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            self._sends.append(dist.isend(grad.detach().contiguous(), self._peer(stage),
+                                          group=self.group))
+
+    def _device(self) -> torch.device:
+        p = next(self.submod.parameters(), None)
+        if p is None:
+            return torch.device("cpu")
+        return (p._local_tensor if isinstance(p, DTensor) else p).device
+
+
+def _header(v: torch.Tensor) -> _Header:
+    if isinstance(v, DTensor):
+        return _Header(tuple(v._local_tensor.shape), v.dtype, v.requires_grad, tuple(v.shape),
+                       tuple(v.stride()), tuple(v.placements))
+    return _Header(tuple(v.shape), v.dtype, v.requires_grad)
+
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
