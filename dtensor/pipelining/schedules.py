@@ -18,6 +18,14 @@ but the last of each runs with gradient sync off, so the gradients are summed in
 layout (Note [gradient accumulation] in dtensor/parallel/fsdp.py) and the last backward
 reduce-scatters the sum, as torch's schedules do for FSDP2.
 
+Note [virtual stages]
+With v stages a rank (``num_stages = v * pp``), stage i lives on pp rank i % pp, so a
+micro-batch loops through the ranks v times and each rank's bubble shrinks by 1/v:
+``ScheduleLoopedBFS`` runs each local stage's forwards for every micro-batch, then the
+backwards in reverse; ``ScheduleInterleaved1F1B`` takes torch's interleaved order
+(micro-batches in rounds of pp, a longer warm-up). Two ranks then carry several channels
+(stage i -> i + 1 and the gradients back), one tag each, so each keeps its order.
+
 Note [schedule order]
 A schedule is the order of one stage's forward and backward micro-batches. GPipe: every
 forward, then every backward. 1F1B: stage s runs ``min(num_stages - 1 - s, m)`` forwards
@@ -38,8 +46,85 @@ import torch
 from dtensor.pipelining.stage import LossFn, PipelineStage, PipeliningError
 
 
-class PipelineScheduleSingle:
-    """A schedule of one stage per rank; subclasses give the order (``_order``)."""
+class _Schedule:
+    """The stages of this rank and the order of their micro-batches (``_order``: (``"F"`` or
+    ``"B"``, local stage, micro-batch) in the order this rank runs them)."""
+
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: LossFn | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True) -> None:
+        name = type(self).__name__
+        if not stages or not all(isinstance(st, PipelineStage) for st in stages):
+            raise PipeliningError(f"{name} takes PipelineStages, got "
+                                  f"{[type(st).__name__ for st in stages]}")
+        if n_microbatches < 1:
+            raise PipeliningError(f"n_microbatches is {n_microbatches}: expected at least 1")
+        if any(spec is not None for spec in (args_chunk_spec, kwargs_chunk_spec,
+                                             output_merge_spec)):
+            raise PipeliningError("chunk and merge specs other than dim 0 are not supported: "
+                                  "micro-batches are cut and merged along dim 0")
+        self._stages = stages
+        self._n_microbatches = n_microbatches
+        self._loss_fn = loss_fn
+        self._scale_grads = scale_grads
+
+    def step(self, *args: Any, target: torch.Tensor | None = None,
+             losses: list | None = None, **kwargs: Any) -> torch.Tensor | None:
+        """One training step over the micro-batches of ``args`` (given on the rank of the
+        first stage), ``target`` and ``losses`` (on the last stage's). Returns the merged
+        output on the last stage's rank (the micro-batches' outputs joined along dim 0), None
+        on the others."""
+        m = self._n_microbatches
+        first = next((st for st in self._stages if st.is_first), None)
+        last = next((st for st in self._stages if st.is_last), None)
+        if last is not None and self._loss_fn is not None and target is None:
+            raise PipeliningError("the last stage's step needs target= for its loss_fn")
+        arg_pieces = _split(args, m) if first is not None else [()] * m
+        kwarg_pieces = _split_kwargs(kwargs, m) if first is not None else [{}] * m
+        targets = _split((target,), m) if target is not None else [(None,)] * m
+        training = self._loss_fn is not None and torch.is_grad_enabled()
+        order = self._order(m) if training else [
+            ("F", k, i) for k in range(len(self._stages)) for i in range(m)]
+        final = {}  # Note [one reduce-scatter per step]: each stage's last forward / backward
+        for at, (kind, k, _) in enumerate(order):
+            final[(kind, k)] = at
+        outputs: dict[int, tuple] = {}
+        mb_losses: dict[int, torch.Tensor] = {}  # until its backward
+        seen: dict[int, torch.Tensor] = {}
+        for at, (kind, k, mb) in enumerate(order):
+            stage = self._stages[k]
+            stage.sync_gradients(final[(kind, k)] == at)
+            if kind == "F":
+                outs = stage.forward_one(mb, arg_pieces[mb], kwarg_pieces[mb], m)
+                if stage.is_last:
+                    outputs[mb] = outs
+                    if training:
+                        mb_losses[mb] = self._loss_fn(outs[0], targets[mb][0])
+                        seen[mb] = mb_losses[mb].detach()
+                if not training:
+                    stage._outputs.pop(mb, None)
+                    stage._inputs.pop(mb, None)
+            else:
+                stage.backward_one(mb, mb_losses.pop(mb, None) if stage.is_last else None, m)
+        for stage in self._stages:
+            stage.sync_gradients(True)
+            stage.wait_sends()
+            if training and self._scale_grads:
+                stage.scale_grads(m)
+        if last is None:
+            return None
+        if losses is not None:
+            losses.extend(seen[i] for i in range(m) if i in seen)
+        outs = [outputs[i][0].detach() for i in range(m)]
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    def _order(self, m: int) -> list[tuple[str, int, int]]:
+        raise NotImplementedError
+
+
+class PipelineScheduleSingle(_Schedule):
+    """A schedule of one stage per rank; subclasses give the order (``_single_order``)."""
 
     def __init__(self, stage: PipelineStage, n_microbatches: int, loss_fn: LossFn | None = None,
                  args_chunk_spec: Any = None, kwargs_chunk_spec: Any = None,
@@ -47,72 +132,34 @@ class PipelineScheduleSingle:
         if not isinstance(stage, PipelineStage):
             raise PipeliningError(f"{type(self).__name__} takes a PipelineStage, got "
                                   f"{type(stage).__name__}")
-        if n_microbatches < 1:
-            raise PipeliningError(f"n_microbatches is {n_microbatches}: expected at least 1")
-        if any(spec is not None for spec in (args_chunk_spec, kwargs_chunk_spec,
-                                             output_merge_spec)):
-            raise PipeliningError("chunk and merge specs other than dim 0 are not supported: "
-                                  "micro-batches are cut and merged along dim 0")
+        if stage.num_stages != stage.pp_size:
+            raise PipeliningError(
+                f"{type(self).__name__} runs one stage per rank: {stage.num_stages} stages on "
+                f"{stage.pp_size} ranks need a multi-stage schedule (ScheduleInterleaved1F1B, "
+                f"ScheduleLoopedBFS)")
+        super().__init__([stage], n_microbatches, loss_fn, args_chunk_spec,
+                         kwargs_chunk_spec, output_merge_spec, scale_grads)
         self._stage = stage
-        self._n_microbatches = n_microbatches
-        self._loss_fn = loss_fn
-        self._scale_grads = scale_grads
 
-    def step(self, *args: Any, target: torch.Tensor | None = None,
-             losses: list | None = None, **kwargs: Any) -> torch.Tensor | None:
-        """One training step over the micro-batches of ``args`` (given on the first stage),
-        ``target`` and ``losses`` (on the last). Returns the merged output on the last stage
-        (the micro-batches' outputs joined along dim 0), None on the others."""
-        stage, m = self._stage, self._n_microbatches
-        if stage.is_last and self._loss_fn is not None and target is None:
-            raise PipeliningError("the last stage's step needs target= for its loss_fn")
-        arg_pieces = _split(args, m) if stage.is_first else [()] * m
-        kwarg_pieces = _split_kwargs(kwargs, m) if stage.is_first else [{}] * m
-        targets = _split((target,), m) if target is not None else [(None,)] * m
-        training = self._loss_fn is not None and torch.is_grad_enabled()
-        outputs: list[tuple] = [()] * m
-        mb_losses: dict[int, torch.Tensor] = {}
-        order = self._order(m) if training else [("F", i) for i in range(m)]
-        last_forward = max(i for i, (k, _) in enumerate(order) if k == "F")
-        last_backward = max((i for i, (k, _) in enumerate(order) if k == "B"), default=-1)
-        for at, (kind, mb) in enumerate(order):
-            # Note [one reduce-scatter per step]
-            stage.sync_gradients(at in (last_forward, last_backward))
-            if kind == "F":
-                outputs[mb] = stage.forward_one(mb, arg_pieces[mb], kwarg_pieces[mb], m)
-                if stage.is_last and training:
-                    mb_losses[mb] = self._loss_fn(outputs[mb][0], targets[mb][0])
-                if not training:
-                    stage._outputs.pop(mb, None)
-                    stage._inputs.pop(mb, None)
-            else:
-                stage.backward_one(mb, mb_losses.get(mb))
-        stage.sync_gradients(True)
-        stage.wait_sends()
-        if training and self._scale_grads:
-            stage.scale_grads(m)
-        if stage.is_last and losses is not None:
-            losses.extend(mb_losses[i].detach() for i in range(m) if i in mb_losses)
-        if not stage.is_last:
-            return None
-        outs = [o[0].detach() for o in outputs]
-        return torch.cat(outs) if len(outs) > 1 else outs[0]
+    def _order(self, m: int) -> list[tuple[str, int, int]]:
+        return [(kind, 0, mb) for kind, mb in self._single_order(m)]
 
-    def _order(self, m: int) -> list[tuple[str, int]]:
+    def _single_order(self, m: int) -> list[tuple[str, int]]:
         raise NotImplementedError
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
-    """Every micro-batch's forward, then every backward (Note [one reduce-scatter per step]
-A stage that is fully sharded (``fully_shard``: it has ``set_requires_gradient_sync``)
-reduces its gradients over dp once a step, not once a micro-batch: every forward and backward
-but the last of each runs with gradient sync off, so the gradients are summed in the gathered
-layout (Note [gradient accumulation] in dtensor/parallel/fsdp.py) and the last backward
-reduce-scatters the sum, as torch's schedules do for FSDP2.
+    """Every micro-batch's forward, then every backward (Note [virtual stages]
+With v stages a rank (``num_stages = v * pp``), stage i lives on pp rank i % pp, so a
+micro-batch loops through the ranks v times and each rank's bubble shrinks by 1/v:
+``ScheduleLoopedBFS`` runs each local stage's forwards for every micro-batch, then the
+backwards in reverse; ``ScheduleInterleaved1F1B`` takes torch's interleaved order
+(micro-batches in rounds of pp, a longer warm-up). Two ranks then carry several channels
+(stage i -> i + 1 and the gradients back), one tag each, so each keeps its order.
 
 Note [schedule order])."""
 
-    def _order(self, m: int) -> list[tuple[str, int]]:
+    def _single_order(self, m: int) -> list[tuple[str, int]]:
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
 
 
@@ -120,13 +167,89 @@ class Schedule1F1B(PipelineScheduleSingle):
     """Warm-up forwards, one forward one backward, cool-down backwards (Note [schedule
     order])."""
 
-    def _order(self, m: int) -> list[tuple[str, int]]:
+    def _single_order(self, m: int) -> list[tuple[str, int]]:
         s = self._stage
         warmup = min(s.num_stages - 1 - s.stage_index, m)
         order = [("F", i) for i in range(warmup)]
         for j in range(m - warmup):
             order += [("F", warmup + j), ("B", j)]
         return order + [("B", j) for j in range(m - warmup, m)]
+
+
+class PipelineScheduleMulti(_Schedule):
+    """A schedule of several stages per rank (Note [virtual stages]): ``stages`` are this
+    rank's, stage i of ``num_stages`` on pp rank i % pp, in increasing index."""
+
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: LossFn | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True) -> None:
+        super().__init__(list(stages), n_microbatches, loss_fn, args_chunk_spec,
+                         kwargs_chunk_spec, output_merge_spec, scale_grads)
+        indices = [st.stage_index for st in self._stages]
+        pp, n = self._stages[0].pp_size, self._stages[0].num_stages
+        rank = indices[0] % pp
+        if indices != list(range(rank, n, pp)):
+            raise PipeliningError(
+                f"{type(self).__name__} on pp rank {rank} takes stages "
+                f"{list(range(rank, n, pp))} (stage i on rank i % {pp}, in order), got "
+                f"{indices}")
+        self.pp_size, self.rank, self.n_local = pp, rank, len(indices)
+
+
+class ScheduleLoopedBFS(PipelineScheduleMulti):
+    """Each local stage's forwards for every micro-batch, stage after stage, then the
+    backwards, stages in reverse (Note [virtual stages])."""
+
+    def _order(self, m: int) -> list[tuple[str, int, int]]:
+        forwards = [("F", k, i) for k in range(self.n_local) for i in range(m)]
+        backwards = [("B", k, i) for k in reversed(range(self.n_local)) for i in range(m)]
+        return forwards + backwards
+
+
+class ScheduleInterleaved1F1B(PipelineScheduleMulti):
+    """1F1B over virtual stages, micro-batches in rounds of the pp size (Note [virtual
+    stages]): torch's order, so the warm-up is (v - 1) * pp + 2 * (pp - 1 - rank) forwards."""
+
+    def _order(self, m: int) -> list[tuple[str, int, int]]:
+        pp, v, r = self.pp_size, self.n_local, self.rank
+        rounds = max(1, m // pp)
+        if m % rounds:
+            raise PipeliningError(f"{type(self).__name__}: {m} micro-batches do not make "
+                                  f"whole rounds of {m // rounds}: use a multiple of the pp "
+                                  f"size {pp}")
+        per_round = m // rounds
+        total = v * m
+        warmup = min((v - 1) * per_round + 2 * (pp - 1 - r), total)
+
+        def forward_stage(step: int) -> int:
+            return (step // per_round) % v
+
+        def backward_stage(step: int) -> int:
+            return v - 1 - ((step - warmup) // per_round) % v
+
+        fwd_mb, bwd_mb = [0] * v, [0] * v
+        order = []
+
+        def forward(step: int) -> None:
+            k = forward_stage(step)
+            order.append(("F", k, fwd_mb[k]))
+            fwd_mb[k] += 1
+
+        def backward(step: int) -> None:
+            k = backward_stage(step)
+            order.append(("B", k, bwd_mb[k]))
+            bwd_mb[k] += 1
+
+        for step in range(total + warmup):
+            if step < warmup:
+                forward(step)
+            elif step < total:
+                forward(step)
+                backward(step)
+            else:
+                backward(step)
+        return order
 
 
 def _split(values: tuple, m: int) -> list[tuple]:

@@ -6,8 +6,9 @@ Note [stage boundaries]
 What crosses a boundary is a tuple of tensors, plain or DTensor. A DTensor travels as its
 local piece, from each rank of the sending stage to the rank at the same coordinate of the
 receiving stage's mesh (the stages' meshes have one shape: the pp dim cut from one mesh), with
-its global shape, stride and placements in a small header sent first (``send_object_list``),
-so the receiver makes the same DTensor on its own mesh with no collective. The header goes
+its global shape, stride and placements in a small header sent first (pickled, as
+``send_object_list`` does, on the channel's tag), so the receiver makes the same DTensor on
+its own mesh with no collective. The header goes
 with every micro-batch: micro-batches may differ in size (``tensor_split`` of an uneven
 batch), and a sender and receiver that disagree on a shape get simpg's clear error rather
 than a wrong answer. The received pieces are leaves that require grad; their gradients go
@@ -17,6 +18,7 @@ of the gradient in the forward's placements).
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,11 +69,12 @@ class PipelineStage:
                                   f"expected 0 <= stage_index < num_stages")
         self.group = group if group is not None else dist.group.WORLD
         size, rank = dist.get_world_size(self.group), dist.get_rank(self.group)
-        if size != num_stages or rank != stage_index:
+        if num_stages % size or stage_index % size != rank:
             raise PipeliningError(
                 f"stage {stage_index} of {num_stages} built on group rank {rank} of {size}: "
-                f"one stage per rank of the pp group, stage i on group rank i (pass the pp "
-                f"mesh dim's group, e.g. mesh.get_group('pp'), and its local rank)")
+                f"stage i lives on group rank i % {size} (pass the pp mesh dim's group, e.g. "
+                f"mesh.get_group('pp'), and num_stages a multiple of its size)")
+        self.pp_size = size
         self.submod = submodule
         self.stage_index, self.num_stages = stage_index, num_stages
         self.mesh = mesh
@@ -103,7 +106,8 @@ class PipelineStage:
         return outs
 
     # -- backward --------------------------------------------------------------------------
-    def backward_one(self, mb: int, loss: torch.Tensor | None = None) -> None:
+    def backward_one(self, mb: int, loss: torch.Tensor | None = None, n_microbatches: int = 1
+                     ) -> None:
         """Micro-batch ``mb``'s backward: from ``loss`` on the last stage, else from the
         gradients the next stage sends; then the inputs' gradients go to the previous one."""
         outs = self._outputs.pop(mb)
@@ -113,12 +117,12 @@ class PipelineStage:
                                       "give the schedule a loss_fn")
             loss.backward()
         else:
-            grads = self._receive_grads(outs, self.stage_index + 1)
+            grads = self._receive_grads(outs, self.stage_index + 1, mb, n_microbatches)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             if pairs:
                 torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         if not self.is_first:
-            self._send_grads(self._inputs.pop(mb), self.stage_index - 1)
+            self._send_grads(self._inputs.pop(mb), self.stage_index - 1, mb, n_microbatches)
 
     def sync_gradients(self, sync: bool) -> None:
         """Whether the next forward or backward reduces gradients over dp, where the module
@@ -140,32 +144,50 @@ class PipelineStage:
         self._sends.clear()
 
     # -- what crosses a boundary (Note [stage boundaries]) ----------------------------------
+    # Each (sending stage, direction) is its own channel, a tag: with several stages a rank
+    # (Note [virtual stages] in schedules.py), two ranks carry several channels, each in order.
     def _peer(self, stage: int) -> int:
-        return dist.get_global_rank(self.group, stage)
+        return dist.get_global_rank(self.group, stage % self.pp_size)
+
+    def _send(self, t: torch.Tensor, stage: int, tag: int) -> None:
+        self._sends.append(dist.isend(t.detach().contiguous(), self._peer(stage),
+                                      group=self.group, tag=tag))
+
+    def _recv(self, buf: torch.Tensor, stage: int, tag: int) -> torch.Tensor:
+        dist.recv(buf, self._peer(stage), group=self.group, tag=tag)
+        return buf
+
+    def _send_header(self, header: Any, stage: int, tag: int) -> None:
+        data = torch.frombuffer(bytearray(pickle.dumps(header)), dtype=torch.uint8)
+        self._send(torch.tensor([data.numel()], dtype=torch.int64), stage, tag)
+        self._send(data, stage, tag)
+
+    def _recv_header(self, stage: int, tag: int, what: str, mb: int, m: int) -> Any:
+        n = self._recv(torch.empty(1, dtype=torch.int64), stage, tag)
+        sent_mb, sent_m, body = pickle.loads(
+            self._recv(torch.empty(int(n), dtype=torch.uint8), stage, tag).numpy().tobytes())
+        if (sent_mb, sent_m) != (mb, m):
+            raise PipeliningError(
+                f"stage {self.stage_index} runs the {what} of micro-batch {mb} of {m} but "
+                f"stage {stage} sent micro-batch {sent_mb} of {sent_m}: every stage's "
+                f"schedule needs the same n_microbatches and the same order of micro-batches")
+        return body
 
     def _send_values(self, values: tuple, stage: int, mb: int, m: int) -> None:
-        headers = [_header(v) for v in values]
-        dist.send_object_list([(mb, m, headers)], self._peer(stage), group=self.group)
+        tag = 2 * self.stage_index
+        self._send_header((mb, m, [_header(v) for v in values]), stage, tag)
         for v in values:
-            local = v._local_tensor if isinstance(v, DTensor) else v
-            self._sends.append(dist.isend(local.detach().contiguous(), self._peer(stage),
-                                          group=self.group))
+            self._send(v._local_tensor if isinstance(v, DTensor) else v, stage, tag)
 
     def _receive_values(self, stage: int, mb: int, m: int) -> tuple[tuple, tuple]:
         """The values the previous stage sent for micro-batch ``mb`` of ``m``, and the
         received pieces behind them (their gradients are what goes back)."""
-        box: list[Any] = [None]
-        dist.recv_object_list(box, self._peer(stage), group=self.group)
-        sent_mb, sent_m, headers = box[0]
-        if (sent_mb, sent_m) != (mb, m):
-            raise PipeliningError(
-                f"stage {self.stage_index} runs micro-batch {mb} of {m} but stage {stage} sent "
-                f"micro-batch {sent_mb} of {sent_m}: every stage's schedule needs the same "
-                f"n_microbatches and the same order of forwards")
+        tag = 2 * stage
+        headers = self._recv_header(stage, tag, "forward", mb, m)
         out, leaves = [], []
         for h in headers:
-            buf = torch.empty(h.local_shape, dtype=h.dtype, device=self._device())
-            dist.recv(buf, self._peer(stage), group=self.group)
+            buf = self._recv(torch.empty(h.local_shape, dtype=h.dtype, device=self._device()),
+                             stage, tag)
             buf.requires_grad_(h.requires_grad)
             leaves.append(buf)
             if h.placements is None:
@@ -180,23 +202,26 @@ class PipelineStage:
                                           stride=h.stride))
         return tuple(out), tuple(leaves)
 
-    def _receive_grads(self, outs: tuple, stage: int) -> list[torch.Tensor]:
+    def _receive_grads(self, outs: tuple, stage: int, mb: int, m: int) -> list[torch.Tensor]:
+        tag = 2 * stage + 1
+        self._recv_header(stage, tag, "backward", mb, m)
         grads = []
         for o in outs:
             local = o._local_tensor if isinstance(o, DTensor) else o
-            buf = torch.empty(local.shape, dtype=local.dtype, device=local.device)
-            dist.recv(buf, self._peer(stage), group=self.group)
+            buf = self._recv(torch.empty(local.shape, dtype=local.dtype, device=local.device),
+                             stage, tag)
             if isinstance(o, DTensor):
                 buf = DTensor.from_local(buf, o.device_mesh, o.placements, shape=o.shape,
                                          stride=o.stride())
             grads.append(buf)
         return grads
 
-    def _send_grads(self, leaves: tuple, stage: int) -> None:
+    def _send_grads(self, leaves: tuple, stage: int, mb: int, m: int) -> None:
+        tag = 2 * self.stage_index + 1
+        self._send_header((mb, m, None), stage, tag)
         for leaf in leaves:
-            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-            self._sends.append(dist.isend(grad.detach().contiguous(), self._peer(stage),
-                                          group=self.group))
+            self._send(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf), stage,
+                       tag)
 
     def _device(self) -> torch.device:
         p = next(self.submod.parameters(), None)

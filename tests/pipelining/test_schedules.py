@@ -169,7 +169,7 @@ def test_a_dtensor_crosses_the_boundary_as_its_pieces():
 
 def test_a_stage_on_the_wrong_rank_is_refused():
     def rank():
-        with pytest.raises(PipeliningError, match="stage i on group rank i"):
+        with pytest.raises(PipeliningError, match="stage i lives on group rank i % 2"):
             PipelineStage(nn.Linear(2, 2), 1 - torch.distributed.get_rank(), 2)
         with pytest.raises(PipeliningError, match="n_microbatches is 0"):
             ScheduleGPipe(PipelineStage(nn.Linear(2, 2), torch.distributed.get_rank(), 2), 0)
@@ -187,8 +187,8 @@ def test_a_stage_running_another_micro_batch_count_is_reported_by_simpg():
         schedule = ScheduleGPipe(stage, 2 if s == 0 else 3, loss_fn=_loss)
         schedule.step(torch.randn(6, 4)) if s == 0 else schedule.step(target=torch.randn(6, 4))
 
-    with pytest.raises(PipeliningError, match="stage 1 runs micro-batch 0 of 3 but stage 0 "
-                                              "sent micro-batch 0 of 2"):
+    with pytest.raises(PipeliningError, match="stage 1 runs the forward of micro-batch 0 of 3 "
+                                              "but stage 0 sent micro-batch 0 of 2"):
         simpg.run(rank, 2, timeout=30)
 
 
@@ -282,3 +282,75 @@ def test_ours_and_torchs_pipelining_give_the_same_losses_and_gradients(name, n_s
         assert our_losses == pytest.approx(torch_losses, rel=1e-6)
         for a, b in zip(our_grads, torch_grads, strict=True):
             torch.testing.assert_close(a, b)
+
+
+def _pipelined_multi(schedule_cls, pp: int, v: int, m: int, data, lib=None):
+    """Each rank's (losses of the last stage per step, its stages' weights by full name)
+    with ``v`` stages a rank (Note [virtual stages])."""
+    import dtensor.pipelining as ours
+    lib = lib or ours
+    start = _model(pp * v)
+
+    def rank():
+        r = torch.distributed.get_rank()
+        model = copy.deepcopy(start)
+        modules = _stage_modules(model, pp * v)
+        mine = [modules[i] for i in range(r, pp * v, pp)]
+        stages = [lib.PipelineStage(mod, i, pp * v, torch.device("cpu"))
+                  for mod, i in zip(mine, range(r, pp * v, pp))]
+        schedule = getattr(lib, schedule_cls)(stages, m, loss_fn=_loss)
+        params = [p for mod in mine for p in mod.parameters()]
+        opt = torch.optim.SGD(params, lr=0.1)
+        losses = []
+        for x, y in data:
+            got: list = []
+            kwargs = {"target": y, "losses": got} if r == pp - 1 else {}
+            schedule.step(x, **kwargs) if r == 0 else schedule.step(**kwargs)
+            opt.step()
+            opt.zero_grad()
+            losses.append([float(t.detach()) for t in got])
+        names = {id(p): n for n, p in model.named_parameters()}
+        return r == pp - 1, losses, {names[id(p)]: p.detach().clone() for p in params}
+
+    return simpg.run(rank, pp)
+
+
+@pytest.mark.parametrize("schedule_cls", ["ScheduleLoopedBFS", "ScheduleInterleaved1F1B"])
+@pytest.mark.parametrize("pp, v, m, batch", [(2, 2, 2, 4), (2, 2, 4, 8), (2, 3, 4, 8),
+                                             (4, 2, 4, 8), (4, 2, 8, 16), (2, 1, 2, 4)])
+def test_virtual_stages_train_like_one_device(schedule_cls, pp, v, m, batch):
+    data = _data(2, batch)
+    want_losses, want = _one_device(_model(pp * v), data, m)
+    seen = set()
+    for is_last, losses, weights in _pipelined_multi(schedule_cls, pp, v, m, data):
+        if is_last:
+            assert sum(losses, []) == pytest.approx(sum(want_losses, []), rel=1e-5)
+        for name, w in weights.items():
+            torch.testing.assert_close(w, want[name], msg=name)
+            seen.add(name)
+    assert seen == set(want)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("schedule_cls", ["ScheduleLoopedBFS", "ScheduleInterleaved1F1B"])
+@pytest.mark.parametrize("pp, v, m, batch", [(2, 2, 4, 8), (4, 2, 8, 16)])
+def test_virtual_stages_match_torchs_schedules(schedule_cls, pp, v, m, batch):
+    import torch.distributed.pipelining as torch_pp
+    data = _data(2, batch)
+    ours = _pipelined_multi(schedule_cls, pp, v, m, data)
+    theirs = _pipelined_multi(schedule_cls, pp, v, m, data, lib=torch_pp)
+    for (_, our_losses, our_w), (_, their_losses, their_w) in zip(ours, theirs):
+        assert sum(our_losses, []) == pytest.approx(sum(their_losses, []), rel=1e-6)
+        for name in our_w:
+            torch.testing.assert_close(our_w[name], their_w[name], msg=name)
+
+
+def test_a_single_stage_schedule_refuses_virtual_stages():
+    def rank():
+        r = torch.distributed.get_rank()
+        stage = PipelineStage(nn.Linear(2, 2), r, 4)
+        with pytest.raises(PipeliningError, match="need a multi-stage schedule"):
+            ScheduleGPipe(stage, 2)
+        return True
+
+    assert all(simpg.run(rank, 2))
