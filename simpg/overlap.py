@@ -254,12 +254,13 @@ class _Stream:
 
 def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute], float],
              comm_s: Mapping[int, float], ranks_of: Mapping[int, Sequence[int]],
-             waits: str = "program") -> StepEstimate:
+             waits: str = "program", p2p: frozenset[int] = frozenset()) -> StepEstimate:
     """Play each rank's ``events`` on a compute and a communication stream (Note [exposed
     communication]). ``comm_s`` and ``ranks_of`` give each collective's duration and its
     participating global ranks; ``waits`` picks the events the compute stream waits at:
-    "program" (Wait) or "first_use" (Use). Deterministic: ranks advance in rank order, in
-    rounds.
+    "program" (Wait) or "first_use" (Use); ``p2p``: the collectives that are point-to-point
+    transfers (Note [point-to-point in the model]). Deterministic: ranks advance in rank
+    order, in rounds.
 
     >>> s = schedule({0: [Issue(7), Wait(7)]}, lambda op: 0.0, {7: 2.0}, {7: (0,)})
     >>> (s.step_s, s.exposed_s, s.overlap)
@@ -284,7 +285,7 @@ def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute
         progressed = False
         for rank, stream in streams.items():
             progressed |= _advance(rank, stream, streams, compute_s, comm_s, ranks_of,
-                                   ready, spans, waits == "first_use")
+                                   ready, spans, waits == "first_use", p2p)
         if not progressed:
             raise ValueError("the modelled streams cannot progress: "
                              + _stuck(streams, ranks_of, ready))
@@ -302,7 +303,8 @@ def schedule(events: Mapping[int, Sequence[Event]], compute_s: Callable[[Compute
 def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
              compute_s: Callable[[Compute], float], comm_s: Mapping[int, float],
              ranks_of: Mapping[int, Sequence[int]], ready: dict[int, dict[int, float]],
-             spans: dict[int, tuple[float, float]], by_data: bool) -> bool:
+             spans: dict[int, tuple[float, float]], by_data: bool,
+             p2p: frozenset[int] = frozenset()) -> bool:
     """Run ``rank``'s events until one must wait for another rank; True if any ran."""
     start_pc = s.pc
     while s.pc < len(s.events):
@@ -319,7 +321,7 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
             if seq not in ranks_of or rank not in ranks_of[seq]:
                 raise ValueError(f"rank {rank} issues collective {seq}, whose participants "
                                  f"are {tuple(ranks_of.get(seq, ()))}")
-            if s.in_flight is not None:
+            if s.in_flight is not None and seq not in p2p:
                 break  # the communication stream is in order: the previous one first
             if rank in ready.setdefault(seq, {}):
                 raise ValueError(f"rank {rank} issues collective {seq} twice")
@@ -330,6 +332,11 @@ def _advance(rank: int, s: _Stream, streams: Mapping[int, _Stream],
             else:
                 raise ValueError(f"rank {rank}: collective {seq} is issued after kernel "
                                  f"{event.after}, but only {len(s.kernel_end)} ran before it")
+            if seq in p2p:  # Note [point-to-point in the model]
+                if len(ready[seq]) == len(ranks_of[seq]):
+                    _start_p2p(seq, streams, comm_s[seq], ranks_of[seq], ready, spans)
+                s.pc += 1
+                continue
             s.in_flight = seq
             if len(ready[seq]) == len(ranks_of[seq]):
                 _start(seq, streams, comm_s[seq], ranks_of[seq], ready, spans)
@@ -359,6 +366,22 @@ def _start(seq: int, streams: Mapping[int, _Stream], duration: float,
         streams[r].comm_t = start + duration
         streams[r].comm_s += duration
         streams[r].in_flight = None
+
+
+# Note [point-to-point in the model]
+# A send/recv pair (a pipeline stage's activations and gradients) does not queue on the
+# in-order communication stream: NCCL runs point-to-point transfers on their own stream per
+# peer, and stages send to and receive from different peers in orders no single stream could
+# keep. A transfer starts once both ends have issued it and the sender's inputs are ready,
+# and lasts what the cost model says; it counts in both ranks' serial communication time.
+def _start_p2p(seq: int, streams: Mapping[int, _Stream], duration: float,
+               ranks: Sequence[int], ready: dict[int, dict[int, float]],
+               spans: dict[int, tuple[float, float]]) -> None:
+    start = max(ready[seq][r] for r in ranks)
+    spans[seq] = (start, start + duration)
+    for r in dict.fromkeys(ranks):
+        streams[r].comm_s += duration
+        streams[r].comm_t = max(streams[r].comm_t, start + duration)
 
 
 def _stuck(streams: Mapping[int, _Stream], ranks_of: Mapping[int, Sequence[int]],
@@ -395,8 +418,9 @@ def model_step(timelines: Sequence[RankTimeline], device: DeviceModel,
             records.setdefault(rec.seq, rec)
     durations = {seq: network.estimate(rec) for seq, rec in records.items()}
     ranks_of = {seq: rec.ranks for seq, rec in records.items()}
+    p2p = frozenset(seq for seq, rec in records.items() if rec.op == "send")
     return schedule({tl.rank: tl.events for tl in timelines}, device.op_s, durations, ranks_of,
-                    waits)
+                    waits, p2p)
 
 
 def summary(timelines: Sequence[RankTimeline], ranks_per_node: int,

@@ -15,7 +15,7 @@ Note [one reduce-scatter per step]
 A stage that is fully sharded (``fully_shard``: it has ``set_requires_gradient_sync``)
 reduces its gradients over dp once a step, not once a micro-batch: every forward and backward
 but the last of each runs with gradient sync off, so the gradients are summed in the gathered
-layout (Note [gradient accumulation] in dtensor/parallel/fsdp.py) and the last backward
+layout (Note [gradient accumulation] in dtensor/parallel/fsdp_hooks.py) and the last backward
 reduce-scatters the sum, as torch's schedules do for FSDP2.
 
 Note [virtual stages]
@@ -44,6 +44,9 @@ from typing import Any
 import torch
 
 from dtensor.pipelining.stage import LossFn, PipelineStage, PipeliningError
+
+
+LOOKAHEAD = 4  # actions whose receives are posted ahead
 
 
 class _Schedule:
@@ -107,6 +110,8 @@ class _Schedule:
                     stage._inputs.pop(mb, None)
             else:
                 stage.backward_one(mb, mb_losses.pop(mb, None) if stage.is_last else None, m)
+            for next_kind, next_k, next_mb in order[at + 1:at + 1 + LOOKAHEAD]:
+                self._stages[next_k].post_receives(next_kind, next_mb)  # early: static shapes
         for stage in self._stages:
             stage.sync_gradients(True)
             stage.wait_sends()

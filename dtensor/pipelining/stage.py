@@ -30,6 +30,9 @@ from dtensor.mesh import DeviceMesh
 from dtensor.tensor import DTensor
 
 
+HEADER_BYTES = 512  # Note [stage boundaries]: one header message per micro-batch and channel
+
+
 class PipeliningError(ValueError):
     """A stage or schedule set up in a way no pipeline can run."""
 
@@ -53,14 +56,16 @@ class PipelineStage:
 
     ``mesh``: where DTensors that arrive at this stage live (this stage's sub-mesh, e.g.
     ``mesh["tp"]`` of a ``("pp", "tp")`` mesh); needed only when DTensors cross a boundary.
-    ``device``, ``input_args`` and ``output_args`` are taken for torch's signature: shapes are
-    sent with each micro-batch (Note [stage boundaries]).
+    ``static_shapes``: every micro-batch of every step crosses each boundary in the shapes of
+    the first (torch's assumption), so the header goes once; by default it goes with each
+    micro-batch (Note [stage boundaries]). Every stage must agree on it.
+    ``device``, ``input_args`` and ``output_args`` are taken for torch's signature.
     """
 
     def __init__(self, submodule: nn.Module, stage_index: int, num_stages: int,
                  device: torch.device | str | None = None, input_args: Any = None,
                  output_args: Any = None, group: dist.ProcessGroup | None = None, *,
-                 mesh: DeviceMesh | None = None) -> None:
+                 mesh: DeviceMesh | None = None, static_shapes: bool = False) -> None:
         if not isinstance(submodule, nn.Module):
             raise PipeliningError(f"PipelineStage takes an nn.Module, got "
                                   f"{type(submodule).__name__}")
@@ -83,6 +88,10 @@ class PipelineStage:
         self._inputs: dict[int, tuple] = {}  # micro-batch -> leaves received (or given)
         self._outputs: dict[int, tuple] = {}  # micro-batch -> this stage's outputs
         self._sends: list[dist.Work] = []
+        self.static_shapes = static_shapes
+        self._known: dict[int, Any] = {}  # tag -> the header once sent or received (static)
+        self._posted: dict[int, list[tuple[torch.Tensor, dist.Work]]] = {}  # tag -> receives
+        self._posted_for: set[tuple[str, int]] = set()  # (kind, micro-batch) posted this step
 
     # -- forward ---------------------------------------------------------------------------
     def forward_one(self, mb: int, args: tuple, kwargs: dict, n_microbatches: int = 1
@@ -142,6 +151,7 @@ class PipelineStage:
         for work in self._sends:
             work.wait()
         self._sends.clear()
+        self._posted_for.clear()
 
     # -- what crosses a boundary (Note [stage boundaries]) ----------------------------------
     # Each (sending stage, direction) is its own channel, a tag: with several stages a rank
@@ -154,18 +164,73 @@ class PipelineStage:
                                       group=self.group, tag=tag))
 
     def _recv(self, buf: torch.Tensor, stage: int, tag: int) -> torch.Tensor:
+        posted = self._posted.get(tag)
+        if posted:  # issued early by post_receives, in the order they are read
+            early, work = posted.pop(0)
+            work.wait()
+            return early
         dist.recv(buf, self._peer(stage), group=self.group, tag=tag)
         return buf
 
+    def post_receives(self, kind: str, mb: int) -> None:
+        """Issue now the receives micro-batch ``mb``'s forward (``"F"``) or backward
+        (``"B"``) will read, where their shapes are known (static shapes, after the first
+        header): the transfer then runs while this rank computes, as torch's schedules post
+        the next action's receives with the current one's sends."""
+        if not self.static_shapes:
+            return
+        if kind == "F" and not self.is_first:
+            stage, tag = self.stage_index - 1, 2 * (self.stage_index - 1)
+            headers = self._known.get(tag)
+            shapes = None if headers is None else [(h[0], h[1]) for h in headers]
+        elif kind == "B" and not self.is_last and mb in self._outputs:
+            stage, tag = self.stage_index + 1, 2 * (self.stage_index + 1) + 1
+            locals_ = [o._local_tensor if isinstance(o, DTensor) else o
+                       for o in self._outputs[mb]]
+            shapes = None if tag not in self._known else [(t.shape, t.dtype) for t in locals_]
+        else:
+            return
+        if shapes is None or (kind, mb) in self._posted_for:
+            return
+        self._posted_for.add((kind, mb))
+        device = self._device()
+        bufs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in shapes]
+        self._posted.setdefault(tag, []).extend(
+            (b, dist.irecv(b, self._peer(stage), group=self.group, tag=tag)) for b in bufs)
+
     def _send_header(self, header: Any, stage: int, tag: int) -> None:
-        data = torch.frombuffer(bytearray(pickle.dumps(header)), dtype=torch.uint8)
-        self._send(torch.tensor([data.numel()], dtype=torch.int64), stage, tag)
-        self._send(data, stage, tag)
+        """``header`` pickled into one message of HEADER_BYTES (one latency, as the value
+        that follows it); a longer one spills into a second message. With static shapes,
+        only the first on each channel."""
+        if self.static_shapes:
+            if tag in self._known:
+                return
+            self._known[tag] = header
+        data = pickle.dumps(header)
+        first = torch.zeros(HEADER_BYTES, dtype=torch.uint8)
+        first[:8] = torch.tensor([len(data)], dtype=torch.int64).view(torch.uint8)
+        head = data[:HEADER_BYTES - 8]
+        first[8:8 + len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
+        self._send(first.to(self._device()), stage, tag)
+        if len(data) > len(head):
+            rest = torch.frombuffer(bytearray(data[len(head):]), dtype=torch.uint8)
+            self._send(rest.to(self._device()), stage, tag)
 
     def _recv_header(self, stage: int, tag: int, what: str, mb: int, m: int) -> Any:
-        n = self._recv(torch.empty(1, dtype=torch.int64), stage, tag)
-        sent_mb, sent_m, body = pickle.loads(
-            self._recv(torch.empty(int(n), dtype=torch.uint8), stage, tag).numpy().tobytes())
+        if self.static_shapes and tag in self._known:
+            return self._known[tag]
+        device = self._device()
+        first = self._recv(torch.empty(HEADER_BYTES, dtype=torch.uint8, device=device),
+                           stage, tag).cpu()
+        n = int(first[:8].view(torch.int64))
+        data = first[8:8 + n].numpy().tobytes()
+        if n > len(data):
+            rest = self._recv(torch.empty(n - len(data), dtype=torch.uint8, device=device),
+                              stage, tag)
+            data += rest.cpu().numpy().tobytes()
+        sent_mb, sent_m, body = pickle.loads(data)
+        if self.static_shapes:  # the first header, micro-batch 0's, stands for all
+            self._known[tag] = body
         if (sent_mb, sent_m) != (mb, m):
             raise PipeliningError(
                 f"stage {self.stage_index} runs the {what} of micro-batch {mb} of {m} but "
@@ -185,7 +250,7 @@ class PipelineStage:
         tag = 2 * stage
         headers = self._recv_header(stage, tag, "forward", mb, m)
         out, leaves = [], []
-        for h in headers:
+        for h in (_Header(*fields) for fields in headers):
             buf = self._recv(torch.empty(h.local_shape, dtype=h.dtype, device=self._device()),
                              stage, tag)
             buf.requires_grad_(h.requires_grad)
@@ -230,11 +295,12 @@ class PipelineStage:
         return (p._local_tensor if isinstance(p, DTensor) else p).device
 
 
-def _header(v: torch.Tensor) -> _Header:
+def _header(v: torch.Tensor) -> tuple:
+    """A ``_Header`` as a plain tuple (a short pickle: the header is one small message)."""
     if isinstance(v, DTensor):
-        return _Header(tuple(v._local_tensor.shape), v.dtype, v.requires_grad, tuple(v.shape),
-                       tuple(v.stride()), tuple(v.placements))
-    return _Header(tuple(v.shape), v.dtype, v.requires_grad)
+        return (tuple(v._local_tensor.shape), v.dtype, v.requires_grad, tuple(v.shape),
+                tuple(v.stride()), tuple(v.placements))
+    return (tuple(v.shape), v.dtype, v.requires_grad)
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

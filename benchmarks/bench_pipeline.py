@@ -1,0 +1,157 @@
+"""Pipeline schedules, ours (dtensor.pipelining) and torch's (torch.distributed.pipelining),
+side by side on the same model and simulated ranks: each schedule's bubble, modelled step
+time and peak live bytes per stage, next to the textbook bubble.
+
+    .venv/bin/python benchmarks/bench_pipeline.py                 # 4 stages, 8 micro-batches
+    .venv/bin/python benchmarks/bench_pipeline.py --stages 2 --microbatches 4 --quick
+
+Each rank's second step is recorded (``simpg.steprecorder``) and played on a modelled H100
+with NVLink between stages (``simpg.overlap``; Note [point-to-point in the model]): a rank's
+bubble is the share of the step its compute stream waits, the figure is the mean over ranks.
+The textbook bubble is (p - 1) / (m + p - 1) for one stage a rank and 1/v of it with v stages
+a rank; the measured one also holds the transfers' latency and the loss. Ours runs with
+``static_shapes=True`` (torch's assumption, one header per channel); the default (a header
+with every micro-batch, for uneven micro-batches) is the ``ours, per-micro-batch headers``
+rows. Both libraries' losses and gradients equal each other (tests/pipelining).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import simpg  # noqa: E402
+from simpg.overlap import DEVICES, interconnect, model_step  # noqa: E402
+from simpg.steprecorder import record_step  # noqa: E402
+
+SCHEDULES = [("ScheduleGPipe", 1), ("Schedule1F1B", 1), ("ScheduleLoopedBFS", 2),
+             ("ScheduleInterleaved1F1B", 2)]
+LIBS = ("ours", "ours, per-micro-batch headers", "torch")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stages", type=int, default=4, help="pp ranks")
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--rows", type=int, default=16, help="rows per micro-batch")
+    p.add_argument("--quick", action="store_true", help="a small model (the smoke test)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.dim, args.rows = 32, 4
+    return args
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def _loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(out, target)
+
+
+@dataclass
+class Row:
+    step_us: float
+    bubble: float  # mean over ranks of the share of the step the compute stream waits
+    peaks: list[int]  # peak live bytes per rank
+    losses: list[float]
+
+
+def run_schedule(args: argparse.Namespace, lib: str, name: str, v: int) -> Row:
+    """One schedule of one library: the modelled second step."""
+    import torch.distributed.pipelining as torch_pp
+
+    import dtensor.pipelining as ours
+    module = torch_pp if lib == "torch" else ours
+    extra = {"static_shapes": True} if lib == "ours" else {}
+    pp, m = args.stages, args.microbatches
+    torch.manual_seed(0)
+    blocks = [Block(args.dim) for _ in range(2 * pp)]  # the same model for every schedule
+    per = 2 // v
+    x, y = torch.randn(m * args.rows, args.dim), torch.randn(m * args.rows, args.dim)
+
+    def rank() -> tuple:
+        r, n = dist.get_rank(), pp * v
+        mine = list(range(r, n, pp))
+        stages = [module.PipelineStage(
+            copy.deepcopy(nn.Sequential(*blocks[i * per:(i + 1) * per])), i, n,
+            torch.device("cpu"), **extra) for i in mine]
+        cls = getattr(module, name)
+        schedule = cls(stages[0] if v == 1 else stages, m, loss_fn=_loss)
+        losses: list = []
+
+        def step() -> None:
+            losses.clear()
+            kwargs = {"target": y, "losses": losses} if r == pp - 1 else {}
+            schedule.step(x, **kwargs) if r == 0 else schedule.step(**kwargs)
+
+        step()  # torch infers shapes on its first step; both warm up
+        with record_step(memory=True) as recorder:
+            step()
+            dist.barrier()  # every send delivered inside the block
+        return recorder.timeline(), recorder.peak_live_bytes(), [float(t) for t in losses]
+
+    results = simpg.run(rank, pp)
+    est = model_step([tl for tl, _, _ in results], DEVICES["h100"],
+                     interconnect("nvlink-node"))
+    bubble = sum(s.exposed_s / s.step_s for s in est.ranks) / len(est.ranks)
+    return Row(est.step_s * 1e6, bubble, [p for _, p, _ in results],
+               [v for _, _, ls in results for v in ls])
+
+
+def textbook(pp: int, m: int, v: int) -> float:
+    return (pp - 1) / (m + pp - 1) / v
+
+
+def compare(args: argparse.Namespace) -> dict[tuple[str, str], Row]:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's pipelining warns about its own internals
+        return {(name, lib): run_schedule(args, lib, name, v)
+                for name, v in SCHEDULES for lib in LIBS}
+
+
+def print_report(args: argparse.Namespace, rows: dict[tuple[str, str], Row],
+                 command: str) -> None:
+    pp, m = args.stages, args.microbatches
+    print(f"{pp} pp ranks (v stages each), {2 * pp} MLP blocks, {m} micro-batches of "
+          f"{args.rows} rows, model dim {args.dim}; modelled on h100 + nvlink-node; "
+          f"`{command}`\n")
+    print("| schedule | v | textbook bubble | bubble ours / torch | step (us) ours / torch | "
+          "ratio | step, per-micro-batch headers (us) | peak live bytes per rank, ours / "
+          "torch |")
+    print("|---|---:|---:|---|---|---:|---:|---|")
+    for name, v in SCHEDULES:
+        a, h, t = rows[(name, "ours")], rows[(name, LIBS[1])], rows[(name, "torch")]
+        peaks = ", ".join(f"{x:,} / {y:,}" for x, y in zip(a.peaks, t.peaks))
+        print(f"| {name} | {v} | {textbook(pp, m, v):.3f} | {a.bubble:.3f} / {t.bubble:.3f} | "
+              f"{a.step_us:,.0f} / {t.step_us:,.0f} | {a.step_us / t.step_us:.2f} | "
+              f"{h.step_us:,.0f} | {peaks} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    rows = compare(args)
+    print_report(args, rows, "python benchmarks/bench_pipeline.py " + " ".join(argv or
+                                                                               sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
