@@ -8,8 +8,12 @@ time and peak live bytes per stage, next to the textbook bubble.
 Each rank's second step is recorded (``simpg.steprecorder``) and played on a modelled H100
 with NVLink between stages (``simpg.overlap``; Note [point-to-point in the model]): a rank's
 bubble is the share of the step its compute stream waits, the figure is the mean over ranks.
-The textbook bubble is (p - 1) / (m + p - 1) for one stage a rank and 1/v of it with v stages
-a rank; the measured one also holds the transfers' latency and the loss. Ours runs with
+The textbook bubble is (p - 1) / (v m + p - 1) for p ranks of v stages each and m
+micro-batches, when every stage does equal work; "slowest rank" applies it as if every rank
+did the slowest rank's measured work, which bounds the unequal stages' bubble from above (on
+this small model kernels sit at the device's per-kernel floor, so the last stage's loss and
+the first stage's backward, which needs no input gradient, make the ranks unequal). "Transfers free" replays the step with instant messages: the schedule's own
+bubble; the next column adds NVLink's latency and bandwidth. Ours runs with
 ``static_shapes=True`` (torch's assumption, one header per channel); the default (a header
 with every micro-batch, for uneven micro-batches) is the ``ours, per-micro-batch headers``
 rows. Both libraries' losses and gradients equal each other (tests/pipelining).
@@ -31,6 +35,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import simpg  # noqa: E402
+from opdb_tests import readme_figures  # noqa: E402
+from simpg.costmodel import CostModel, LinkModel  # noqa: E402
 from simpg.overlap import DEVICES, interconnect, model_step  # noqa: E402
 from simpg.steprecorder import record_step  # noqa: E402
 
@@ -46,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--rows", type=int, default=16, help="rows per micro-batch")
     p.add_argument("--quick", action="store_true", help="a small model (the smoke test)")
+    p.add_argument("--write-readme", action="store_true",
+                   help="write the report into the README's bench-pipeline block")
     args = p.parse_args(argv)
     if args.quick:
         args.dim, args.rows = 32, 4
@@ -66,10 +74,21 @@ def _loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(out, target)
 
 
+# every message instant: what is left of the bubble is the schedule's order and the stages'
+# unequal work (the first stage's backward needs no input gradient, the last adds the loss)
+FREE_TRANSFERS = CostModel(LinkModel(latency_s=0.0, bandwidth_Bps=1e30), name="free")
+
+
+def _bubble(est) -> float:
+    return sum(s.exposed_s / s.step_s for s in est.ranks) / len(est.ranks)
+
+
 @dataclass
 class Row:
     step_us: float
     bubble: float  # mean over ranks of the share of the step the compute stream waits
+    schedule_bubble: float  # the same with transfers free: the schedule's own bubble
+    stages_textbook: float  # the textbook bubble for the stages' measured, unequal work
     peaks: list[int]  # peak live bytes per rank
     losses: list[float]
 
@@ -109,15 +128,25 @@ def run_schedule(args: argparse.Namespace, lib: str, name: str, v: int) -> Row:
         return recorder.timeline(), recorder.peak_live_bytes(), [float(t) for t in losses]
 
     results = simpg.run(rank, pp)
-    est = model_step([tl for tl, _, _ in results], DEVICES["h100"],
-                     interconnect("nvlink-node"))
-    bubble = sum(s.exposed_s / s.step_s for s in est.ranks) / len(est.ranks)
-    return Row(est.step_s * 1e6, bubble, [p for _, p, _ in results],
+    timelines = [tl for tl, _, _ in results]
+    est = model_step(timelines, DEVICES["h100"], interconnect("nvlink-node"))
+    free = model_step(timelines, DEVICES["h100"], FREE_TRANSFERS)
+    return Row(est.step_s * 1e6, _bubble(est), _bubble(free), textbook_for(free, pp, m, v),
+               [p for _, p, _ in results],
                [v for _, _, ls in results for v in ls])
 
 
 def textbook(pp: int, m: int, v: int) -> float:
-    return (pp - 1) / (m + pp - 1) / v
+    """The idle share of equal stages: (p - 1) / v slots of a rank's work against m busy."""
+    return (pp - 1) / (v * m + pp - 1)
+
+
+def textbook_for(est, pp: int, m: int, v: int) -> float:
+    """The textbook step of the slowest rank's work, c_max (v m + p - 1) / (v m), and each
+    rank's idle share of it: an upper bound on the bubble of these unequal stages."""
+    c_max = max(r.compute_s for r in est.ranks)
+    step = c_max * (v * m + pp - 1) / (v * m)
+    return sum(1 - r.compute_s / step for r in est.ranks) / len(est.ranks)
 
 
 def compare(args: argparse.Namespace) -> dict[tuple[str, str], Row]:
@@ -134,23 +163,29 @@ def print_report(args: argparse.Namespace, rows: dict[tuple[str, str], Row],
     print(f"{pp} pp ranks (v stages each), {2 * pp} MLP blocks, {m} micro-batches of "
           f"{args.rows} rows, model dim {args.dim}; modelled on h100 + nvlink-node; "
           f"`{command}`\n")
-    print("| schedule | v | textbook bubble | bubble ours / torch | step (us) ours / torch | "
-          "ratio | step, per-micro-batch headers (us) | peak live bytes per rank, ours / "
-          "torch |")
-    print("|---|---:|---:|---|---|---:|---:|---|")
+    print("| schedule | v | textbook bubble, equal stages / slowest rank | bubble, transfers "
+          "free, ours / torch | bubble ours / torch | step (us) ours / torch | ratio | step, "
+          "per-micro-batch headers (us) | peak live bytes per rank, ours / torch |")
+    print("|---|---:|---|---|---|---|---:|---:|---|")
     for name, v in SCHEDULES:
         a, h, t = rows[(name, "ours")], rows[(name, LIBS[1])], rows[(name, "torch")]
         peaks = ", ".join(f"{x:,} / {y:,}" for x, y in zip(a.peaks, t.peaks))
-        print(f"| {name} | {v} | {textbook(pp, m, v):.3f} | {a.bubble:.3f} / {t.bubble:.3f} | "
+        print(f"| {name} | {v} | {textbook(pp, m, v):.3f} / {a.stages_textbook:.3f} | "
+              f"{a.schedule_bubble:.3f} / "
+              f"{t.schedule_bubble:.3f} | {a.bubble:.3f} / {t.bubble:.3f} | "
               f"{a.step_us:,.0f} / {t.step_us:,.0f} | {a.step_us / t.step_us:.2f} | "
               f"{h.step_us:,.0f} | {peaks} |")
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    command = " ".join([".venv/bin/python", "benchmarks/bench_pipeline.py", *argv])
     rows = compare(args)
-    print_report(args, rows, "python benchmarks/bench_pipeline.py " + " ".join(argv or
-                                                                               sys.argv[1:]))
+    with readme_figures.tee() as report:
+        print_report(args, rows, command)
+    if args.write_readme:
+        readme_figures.write_readme("bench-pipeline", report.getvalue().strip(), command)
 
 
 if __name__ == "__main__":

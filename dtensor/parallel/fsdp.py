@@ -55,6 +55,14 @@ modules at each forward, where ``to_empty`` put the new ones. Random fills of sh
 DTensors equal one device's for the same seed (Note [sharded random ops]), drawn a chunk of
 rows at a time (Note [fills in chunks]): no rank holds a whole parameter.
 
+Note [parameters of a pipeline stage]
+A stage of a pipeline lives on one coordinate of the mesh's pp dim; the other stages hold
+other parameters, so no parameter is laid out over pp (Replicate there would claim the other
+stages hold copies, and a checkpoint would write only one stage's). The mesh a fully sharded
+parameter lives on is therefore the one dp and tp were cut from, less a dim named
+``PIPELINE_DIM`` ("pp", torchtitan's name) that neither of them uses: on a
+``("pp", "dp", "tp")`` mesh, ``mesh["dp", "tp"]``.
+
 The hooks (gather before forward, free after, gather again before backward, reduce-scatter
 in the backward, checkpointed recomputation, accumulation) are in ``fsdp_hooks``.
 """
@@ -78,6 +86,8 @@ from dtensor.placements import Partial, Placement, PlacementError, Replicate, Sh
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec, contiguous_strides
 from dtensor.tensor import DTensor
+
+PIPELINE_DIM = "pp"  # Note [parameters of a pipeline stage]
 
 
 @dataclass
@@ -320,9 +330,20 @@ def _own_parameters(module: nn.Module) -> list[tuple[nn.Module, str, nn.Paramete
     return found
 
 
+def _stage_mesh(root: DeviceMesh, dp_dims: tuple[int, ...]
+                ) -> tuple[DeviceMesh, tuple[int, ...]]:
+    """``root`` less its pipeline dim when dp does not use it, and dp's dims on what is left
+    (Note [parameters of a pipeline stage])."""
+    names = root.mesh_dim_names
+    if names is None or PIPELINE_DIM not in names or names.index(PIPELINE_DIM) in dp_dims:
+        return root, dp_dims
+    keep = [m for m in range(root.ndim) if names[m] != PIPELINE_DIM]
+    return root[tuple(names[m] for m in keep)], tuple(keep.index(m) for m in dp_dims)
+
+
 def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: DeviceMesh,
                      mode: str, what: str, dp_shard: Shard | None = None) -> _Managed:
-    root, dp_dims = dp_mesh.root_mesh()
+    root, dp_dims = _stage_mesh(*dp_mesh.root_mesh())
     dp_placement: Placement = Replicate()
     if mode == "shard" and param.dim() > 0:  # a scalar has nothing to shard
         dp_placement = Shard(0)  # Note [fully_shard layout]
@@ -338,7 +359,8 @@ def _shard_parameter(owner: nn.Module, name: str, param: nn.Parameter, dp_mesh: 
             dp_placement if m == dp_dim else Replicate() for m in range(mesh.ndim))
     else:
         compute_mesh = param.device_mesh
-        mesh, placements = _combined_layout(param, dp_mesh, dp_placement, owner, name, what)
+        mesh, placements = _combined_layout(param, root, dp_dims, dp_placement, owner, name,
+                                            what)
     mesh, placements, dp_dims = _dp_last(mesh, placements, dp_dims)  # Note [nested dp inside tp]
     replicate_dim = dp_dims[0] if len(dp_dims) == 2 else None
     dp_dim = dp_dims[-1]
@@ -390,19 +412,25 @@ def _chosen_shard(chosen: Any, param: nn.Parameter, dp_mesh: DeviceMesh, owner: 
     return chosen
 
 
-def _combined_layout(param: DTensor, dp_mesh: DeviceMesh, dp_placement: Placement,
-                     owner: nn.Module, name: str,
+def _combined_layout(param: DTensor, root: DeviceMesh, dp_dims: tuple[int, ...],
+                     dp_placement: Placement, owner: nn.Module, name: str,
                      what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
-    """The mesh both meshes were cut from and the combined placements on it."""
+    """The combined placements on ``root``, the mesh dp was cut from (less a pipeline dim:
+    Note [parameters of a pipeline stage]), where the parameter's own mesh must be cut too."""
     tp_mesh = param.device_mesh
     where = f"{what}: parameter {type(owner).__name__}.{name} is a DTensor on {tp_mesh!r}"
-    root, tp_dims = tp_mesh.root_mesh()
-    dp_root, dp_dims = dp_mesh.root_mesh()
-    if dp_root != root:
+    tp_root, tp_root_dims = tp_mesh.root_mesh()
+    dp_root, kept = root.root_mesh()
+    if dp_root != tp_root:
         raise FullyShardError(f"{where}, which is not cut from the same mesh as the "
-                              f"data-parallel {dp_mesh!r}: slice both from one mesh, e.g. "
+                              f"data-parallel mesh: slice both from one mesh, e.g. "
                               f"mesh['dp'] and mesh['tp'] of init_device_mesh(..., "
                               f"mesh_dim_names=('dp', 'tp'))")
+    tp_dims = tuple(kept.index(m) if m in kept else -1 for m in tp_root_dims)
+    if -1 in tp_dims:
+        raise FullyShardError(f"{where}: a parameter laid out over the pipeline dim "
+                              f"{PIPELINE_DIM!r}; expected its mesh without it (Note "
+                              f"[parameters of a pipeline stage])")
     if set(dp_dims) & set(tp_dims) or len(dp_dims) + len(tp_dims) != root.ndim:
         raise FullyShardError(f"{where}: expected the dp mesh and the parameter's mesh to be "
                               f"complementary dims of {root!r}")

@@ -20,7 +20,14 @@ def test_every_schedule_of_both_libraries_runs_and_is_reported(bench, capsys):
         ours, torch_row = rows[(name, "ours")], rows[(name, "torch")]
         assert ours.losses == pytest.approx(torch_row.losses, rel=1e-6), name
         assert len(ours.losses) == 4 and 0 <= ours.bubble < 1 and len(ours.peaks) == 2
+        # instant messages can only shorten the wait
+        assert 0 <= ours.schedule_bubble <= ours.bubble + 1e-9, name
     bench.print_report(args, rows, command="test")
     out = capsys.readouterr().out
     for name, _ in bench.SCHEDULES:
         assert f"| {name} |" in out
+
+
+def test_the_textbook_bubble_is_the_idle_share_of_the_step(bench):
+    assert bench.textbook(4, 8, 1) == pytest.approx(3 / 11)  # (p - 1) / (m + p - 1)
+    assert bench.textbook(4, 8, 2) == pytest.approx(3 / 19)  # (p - 1) / v of m busy slots

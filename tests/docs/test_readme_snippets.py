@@ -8,6 +8,7 @@ Snippets that build a mesh run on simulated ranks (simpg), as the README says th
 from __future__ import annotations
 
 import ast
+import copy
 import re
 
 import pytest
@@ -44,7 +45,7 @@ def test_every_snippet_is_run_here() -> None:
         under.append(next(line for line in reversed(before) if line in headings))
     assert under == ["## simpg in five minutes", "### Trace, cost model, timeline",
                      "## dtensor in five minutes", "## Parallel training in five minutes",
-                     "## Sharded checkpoints", "## Whole-graph sharding"]
+                     "### Pipeline parallel", "## Sharded checkpoints", "## Whole-graph sharding"]
 
 
 def test_simpg_snippet_returns_what_its_comment_says() -> None:
@@ -86,6 +87,25 @@ def test_parallel_training_snippet() -> None:
         exec(snippet("## Parallel training in five minutes"),
              {"model": tiny_llama(), "tokens": tokens, "targets": tokens.roll(-1, 1)})
     simpg.run(body, 8)
+
+
+def test_pipeline_snippet_gives_one_devices_losses() -> None:
+    from tests.pipelining.test_schedules import _model, _stage_modules
+    model = _model(4)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    with torch.no_grad():
+        want = [float(torch.nn.functional.mse_loss(model(a), b))
+                for a, b in zip(x.chunk(4), y.chunk(4))]
+
+    def body() -> list[float]:
+        names = {"stage_modules": _stage_modules(copy.deepcopy(model), 2), "x": x, "y": y}
+        exec(snippet("### Pipeline parallel"), names)
+        return [float(v.detach()) for v in names["losses"]]
+
+    got = simpg.run(body, 8)
+    for rank, losses in enumerate(got):  # ranks 4-7 are the last stage (pp coordinate 1)
+        assert losses == (pytest.approx(want, rel=1e-5) if rank >= 4 else []), rank
 
 
 def test_checkpoint_snippet(tmp_path, monkeypatch) -> None:
