@@ -104,7 +104,6 @@ def async_save(state: dict, path: str | os.PathLike, *, process_group: Any = Non
             verdict = ("planning the files", failed)
         else:
             manifests = [m for _, m in gathered]
-            manifests[0]["values"] = begun.values
             status, message = _attempt(lambda: metadata.merge(manifests, comm.size))
             verdict = None if status == "ok" else ("checking the plan", [(0, message)])
     if verdict is not None:  # rank 0: tell the threads of the others, started below

@@ -12,10 +12,23 @@ Each box is written by exactly one rank: for a DTensor, the rank whose coordinat
 every mesh dim of the root mesh that does not shard it (replicas, and copies held on sibling
 sub-meshes, are skipped); plain tensors, the same on every rank, go round-robin over the
 ranks in key order. Rank 0 checks that the boxes written tile every tensor exactly once.
+
+Note [different keys per rank]
+Ranks may save different keys: the stages of a pipeline each hold their own layers (and
+their optimizer state). ``begin`` all-gathers a digest of each rank's keys; only where they
+differ does it all-gather the key lists, so each rank knows which ranks hold each key (its
+holders). Then the one-writer rule is taken over the holders only: a plain tensor goes
+round-robin over its holders; a DTensor's box is written by the holder with the lowest root
+coordinate among those holding the same box (coordinate 0 on the dims that do not shard it
+when every rank holds it, as above; a later pipeline stage's first replica otherwise). A
+value is written by its lowest holder. Where every rank holds the same keys this costs one
+all-gather of 40 bytes a rank.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -29,12 +42,13 @@ from dtensor.checkpoint import metadata
 from dtensor.checkpoint.errors import CheckpointError, SaveFailedError
 from dtensor.checkpoint.hooks import reached
 from dtensor.checkpoint.pending import settle_previous
-from dtensor.checkpoint.pieces import CHUNK_BYTES, chunk_name, chunk_shape, grid, view_of
+from dtensor.checkpoint.pieces import (CHUNK_BYTES, TensorView, chunk_name, chunk_shape, grid,
+                                      view_of)
 from dtensor.checkpoint.storage import dtype_name
 from dtensor.checkpoint.stores import FolderStore, LinkStore, store_for
 from dtensor.checkpoint.tree import flatten
 from dtensor.checkpoint.writer import Piece, file_size
-from dtensor.placements import Partial, Replicate, fmt_placements
+from dtensor.placements import Partial, Replicate, Shard, fmt_placements
 from dtensor.tensor import DTensor
 
 
@@ -64,6 +78,17 @@ class _Comm:
         src = 0 if self.group is None else dist.get_global_rank(self.group, 0)
         dist.broadcast_object_list(box, src=src, group=self.group)
         return box[0]
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        if not self.on:
+            return [obj]
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def global_rank(self, rank: int) -> int:
+        return rank if self.group is None or not self.on else dist.get_global_rank(self.group,
+                                                                                    rank)
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every rank's ``obj`` on rank 0, None elsewhere (manifests grow with the state: only
@@ -100,7 +125,8 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
     """Save ``state`` (nested dicts/lists of DTensors, tensors and JSON-like values) to
     ``path``, called by every rank of ``process_group`` (default: the world; none needed in
     one process). Publishes atomically (Note [commit]); returns this rank's report. Values
-    (everything but tensors) are taken from rank 0, as JSON (Note [no pickle]). A failed
+    (everything but tensors) are taken from rank 0, as JSON (Note [no pickle]); ranks may hold
+different keys (Note [different keys per rank]). A failed
     ``async_save`` before it is raised here first (Note [async save]).
 
     >>> import tempfile, torch, dtensor.checkpoint as dcp
@@ -126,7 +152,6 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
             verdict = ("writing the files", failed)
         else:
             manifests = [m for _, m in gathered]
-            manifests[0]["values"] = begun.values
             status, message = _attempt(lambda: commit_version(begun.store, version, manifests,
                                                               comm.size))
             verdict = None if status == "ok" else ("committing", [(0, message)])
@@ -149,6 +174,9 @@ class Begun:
     tensors: dict[str, torch.Tensor]
     source: dict[str, str]  # key -> placements as saved from, before any reduction
     values: dict[str, Any]
+    # Note [different keys per rank]: key -> the group ranks holding it; None: every rank
+    holders: dict[str, tuple[int, ...]] | None = None
+    plain_keys: tuple[str, ...] = ()  # every plain tensor key of any rank, sorted
 
 
 def begin(state: dict, path: str | os.PathLike, process_group: Any) -> Begun:
@@ -164,9 +192,49 @@ def begin(state: dict, path: str | os.PathLike, process_group: Any) -> Begun:
     if made[0] != "ok":
         raise_failure("making the version directory", [(0, made[1])])
     reached("dir_made")
+    holders, plain_keys = _holders(comm, tensors, values)
     tensors = _reduce_partials(tensors)
     reached("partials_reduced")
-    return Begun(path, store, made[1], comm, tensors, source, values)
+    return Begun(path, store, made[1], comm, tensors, source, values, holders, plain_keys)
+
+
+def _holders(comm: _Comm, tensors: dict[str, torch.Tensor], values: dict[str, Any]
+             ) -> tuple[dict[str, tuple[int, ...]] | None, tuple[str, ...]]:
+    """Note [different keys per rank]: who holds each key, and every rank's plain tensor keys
+    (None and this rank's where every rank holds the same keys)."""
+    kinds = {k: "dtensor" if view_of(t, k)[0].distributed else "tensor"
+             for k, t in tensors.items()} | {k: "value" for k in values}
+    mine = tuple(sorted(kinds.items()))
+    plain = tuple(sorted(k for k, kind in kinds.items() if kind == "tensor"))
+    digest = hashlib.sha1(repr(mine).encode()).hexdigest()
+    if len(set(comm.all_gather(digest))) == 1:
+        return None, plain
+    holders: dict[str, list[int]] = {}
+    every_plain: set[str] = set()
+    for rank, keys in enumerate(comm.all_gather(mine)):
+        for key, kind in keys:
+            holders.setdefault(key, []).append(rank)
+            if kind == "tensor":
+                every_plain.add(key)
+    return {k: tuple(v) for k, v in holders.items()}, tuple(sorted(every_plain))
+
+
+def _first_holder(t: torch.Tensor, view: TensorView, holders: tuple[int, ...],
+                  comm: _Comm) -> bool:
+    """Note [different keys per rank]: this rank writes its box of DTensor ``t`` if it has the
+    lowest root coordinate among the holders of the same box."""
+    if view.coordinate is None:
+        return False
+    mesh = t.device_mesh
+    root, root_dims = mesh.root_mesh() if isinstance(t, DTensor) else (mesh, list(range(
+        mesh.ndim)))
+    where = {int(root.mesh[index]): index
+             for index in itertools.product(*(range(n) for n in root.mesh.shape))}
+    mine = where[comm.global_rank(comm.rank)]
+    sharding = {root_dims[m] for m, p in enumerate(view.placements) if isinstance(p, Shard)}
+    same_box = [where[g] for g in map(comm.global_rank, holders) if g in where
+                and all(where[g][d] == mine[d] for d in sharding)]
+    return min(same_box) == mine
 
 
 def _reduce_partials(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -199,16 +267,21 @@ def plan_rank(begun: Begun, chunk_bytes: int) -> Planned:
     rank = begun.comm.rank
     file = f"rank{rank:05d}.safetensors"
     views = {k: view_of(t, k) for k, t in begun.tensors.items()}
-    plain = {k: i for i, k in enumerate(sorted(k for k, (v, _) in views.items()
-                                               if not v.distributed))}
+    plain = {k: i for i, k in enumerate(begun.plain_keys)}
+    holders = begun.holders
     pieces: list[Piece] = []
     entries: dict[str, dict] = {}
     for key, (view, local) in views.items():
         if view.distributed and any(isinstance(p, Partial) for p in view.placements):
             raise CheckpointError(f"{key!r}: torch's DTensor with Partial placements "
                                   f"{view.placements}: reduce it before saving", key=key)
-        writes = (plain[key] % begun.comm.size == rank if not view.distributed
-                  else view.coordinate is not None and view.replica_zero)
+        if holders is None:
+            writes = (plain[key] % begun.comm.size == rank if not view.distributed
+                      else view.coordinate is not None and view.replica_zero)
+        elif not view.distributed:
+            writes = holders[key][plain[key] % len(holders[key])] == rank
+        else:
+            writes = _first_holder(begun.tensors[key], view, holders[key], begun.comm)
         boxes = view.boxes() if writes else []
         entries[key] = {"shape": list(view.shape), "dtype": dtype_name(view.dtype),
                         "placements": begun.source[key], "mesh": list(view.mesh_shape),
@@ -223,11 +296,15 @@ def plan_rank(begun: Begun, chunk_bytes: int) -> Planned:
                                 [chunk_name(key, c) for c in cboxes]))
             entries[key]["pieces"].append({"file": file, "box": [list(b) for b in box],
                                            "chunk": list(chunk), "crc32": None})
+    # values: rank 0's, and (Note [different keys per rank]) those no lower rank holds
+    values = {k: v for k, v in begun.values.items()
+              if (rank == 0 if holders is None else holders[k][0] == rank)}
     if not pieces:
         return Planned(begun.store, begun.version, file, [],
-                       {"file": None, "bytes": 0, "tensors": entries})
+                       {"file": None, "bytes": 0, "tensors": entries, "values": values})
     return Planned(begun.store, begun.version, file, pieces,
-                   {"file": file, "bytes": file_size(pieces), "tensors": entries})
+                   {"file": file, "bytes": file_size(pieces), "tensors": entries,
+                    "values": values})
 
 
 def write_planned(planned: Planned) -> dict:

@@ -148,6 +148,11 @@ def test_crash_at_every_step_on_every_rank(tmp_path, step):
             assert step in ("metadata_written", "published") and rank != 0
             continue
         published = step in ("published", "done")
+        if step == "gathered" and rank != 0:
+            # rank 0 holds every manifest once the gather is done: whether it commits before
+            # the crash stops the world is the schedule's choice, as on real processes;
+            # either way the path loads as exactly one version
+            published = _loads_as(path) == 2.0
         _check_after_failure(root, path, published)
 
 
