@@ -11,11 +11,14 @@ weights against one device.
     torchrun --nproc-per-node 8 -m examples.train --mesh 2x2x2 --cuda # NCCL, one GPU a rank
     python -m examples.train --mesh 2x4 --steps 3 --save ck    # then resume on another mesh:
     python -m examples.train --mesh 4x2 --steps 6 --resume ck
+    python -m examples.train --pp 2 --mesh 2x2x2 --model small   # pp x dp x cp x tp, 16 ranks
+    torchrun --nproc-per-node 4 -m examples.train --pp 2 --mesh 1x1x2   # pp on gloo
 
 The mesh's form picks the defaults: 3 numbers (DPxCPxTP) or 4 (REPxSHARDxCPxTP, HSDP) run the
 whole stack: bf16 compute, 2 micro-batches a step, checkpointed blocks; 2 numbers (DPxTP) run
 the f32 job with one batch a step and no cp, as before. ``--dtype``, ``--accumulate`` and
-``--[no-]checkpoint-activations`` override either.
+``--[no-]checkpoint-activations`` override either. ``--pp N`` adds a pipeline dim in front of
+any of them (Note [pipeline stages]).
 
 The same function, ``train_rank``, runs on every rank in every case (simpg, gloo, NCCL):
 nothing in it knows whether the ranks are simulated. It prints the loss per step beside the
@@ -43,6 +46,21 @@ Note [the whole stack]
 - Context parallel: each micro-batch's tokens, targets and the rotary tables are cut along
   the sequence inside ``context_parallel`` (forward and backward, so the checkpointed
   blocks' recomputation attends across the cp ranks too).
+
+Note [pipeline stages]
+``--pp N`` puts a ``pp`` dim of N in front of the mesh (a flag, not a mesh number: four
+numbers already mean HSDP): N x the mesh's ranks, torchtitan's pp x dp x cp x tp. Every rank
+builds the whole model from the seed and keeps its stage (``llama.LlamaStage``: the model's
+own blocks under their own names; the others are dropped), so the stages start from the
+single device's weights. Each stage is tensor-parallel and fully sharded on the data mesh of
+its pp coordinate, exactly as the whole model is without pp, and ``--accumulate`` is the
+micro-batch count of the schedule (``--pp-schedule``, 1F1B by default), which reduces the
+gradients once per step. Context parallel and loss parallel are entered around the
+schedule's step, so every micro-batch's forward and backward runs inside them. The
+gradient-norm clip adds the squared norms of the stages over pp. The loss is the last
+stage's; the others report it after the step (one all-reduce over pp). A checkpoint holds
+each parameter and its AdamW moments under the parameter's name, so a run saved with pp
+resumes without it and the other way round.
 """
 
 from __future__ import annotations
@@ -50,6 +68,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -65,6 +84,7 @@ from dtensor import DTensor
 from dtensor.experimental import context_parallel, get_rotate_method, set_rotate_method
 from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, loss_parallel,
                               parallelize_module, replicate, state_bytes)
+from dtensor.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from examples.models import llama
 from examples.train_report import WEIGHT_TOLERANCE
 from simpg.steprecorder import record_step
@@ -72,6 +92,7 @@ from simpg.steprecorder import record_step
 # the dims of a --mesh of 2, 3 or 4 numbers
 MESH_DIM_NAMES = {2: ("dp", "tp"), 3: ("dp", "cp", "tp"), 4: ("rep", "shard", "cp", "tp")}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+PP_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 # Note [bf16 reference]: the default --tolerance per compute dtype
 TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-3}
 
@@ -101,6 +122,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mesh", default="2x2x2",
                    help="DPxCPxTP (default 2x2x2: the whole stack), REPxSHARDxCPxTP (HSDP, "
                    "e.g. 2x2x2x2) or DPxTP (e.g. 2x4: the f32 job without cp)")
+    p.add_argument("--pp", type=int, default=1, metavar="N",
+                   help="pipeline stages: a pp dim of N in front of --mesh (N x its ranks; "
+                   "Note [pipeline stages]); at most the model's blocks")
+    p.add_argument("--pp-schedule", choices=sorted(PP_SCHEDULES), default="1f1b",
+                   help="the pipeline schedule (default 1f1b); --accumulate micro-batches")
     p.add_argument("--model", default="tiny", choices=sorted(llama.PRESETS))
     p.add_argument("--n-heads", type=int, help="override the preset's heads (and kv heads)")
     p.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
@@ -178,6 +204,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    blocks = model_config(args).n_layers
+    if not 1 <= args.pp <= blocks:
+        p.error(f"--pp {args.pp} with --model {args.model} ({blocks} blocks): expected 1 to "
+                f"{blocks} stages, each at least one block (--model small has 4)")
+    if args.pp > 1 and args.dp == "replicate":
+        p.error("--pp with --dp replicate: a pipeline stage is fully sharded (--dp fsdp) or "
+                "not data parallel (--dp none)")
     if args.accumulate < 1:
         p.error(f"--accumulate {args.accumulate}: expected at least 1 micro-batch a step")
     shares = args.dp_size * args.accumulate
@@ -299,31 +332,54 @@ def _forward_in(model: torch.nn.Module, tokens: torch.Tensor,
 
 def data_mesh(args: argparse.Namespace, device: str) -> dtensor.DeviceMesh:
     """The mesh fully_shard and tensor parallelism use: cp flattened into the dim before it
-    (Note [the whole stack]): (dp*cp) x tp, or rep x (shard*cp) x tp for HSDP."""
+    (Note [the whole stack]): (dp*cp) x tp, or rep x (shard*cp) x tp for HSDP; under --pp
+    this rank's stage's part of it (Note [pipeline stages])."""
     cp = "_cp" if args.cp_size > 1 else ""
     if args.rep_size > 1 or len(args.mesh_shape) == 4:
-        return dtensor.init_device_mesh(
-            device, (args.rep_size, args.shard_size * args.cp_size, args.tp_size),
-            mesh_dim_names=("rep", "shard" + cp, "tp"))
-    return dtensor.init_device_mesh(device, (args.dp_size * args.cp_size, args.tp_size),
-                                    mesh_dim_names=("dp" + cp, "tp"))
+        shape = (args.rep_size, args.shard_size * args.cp_size, args.tp_size)
+        names: tuple[str, ...] = ("rep", "shard" + cp, "tp")
+    else:
+        shape, names = (args.dp_size * args.cp_size, args.tp_size), ("dp" + cp, "tp")
+    return _with_pp(args, device, shape, names)
 
 
-def parallelize(model: llama.Llama, mesh: dtensor.DeviceMesh,
-                args: argparse.Namespace) -> llama.Llama:
+def _with_pp(args: argparse.Namespace, device: str, shape: tuple[int, ...],
+             names: tuple[str, ...]) -> dtensor.DeviceMesh:
+    """A mesh of ``shape``; under --pp cut from a pp x ``shape`` one at this rank's stage."""
+    if args.pp == 1:
+        return dtensor.init_device_mesh(device, shape, mesh_dim_names=names)
+    return dtensor.init_device_mesh(device, (args.pp, *shape),
+                                    mesh_dim_names=("pp", *names))[names]
+
+
+def pp_group(args: argparse.Namespace, device: str) -> tuple[Any, int]:
+    """The pp dim's process group and this rank's stage (None and 0 without --pp)."""
+    if args.pp == 1:
+        return None, 0
+    mesh = dtensor.init_device_mesh(device, (args.pp, world_size(args) // args.pp),
+                                    mesh_dim_names=("pp", "rest"))
+    return mesh.get_group("pp"), mesh.get_local_rank("pp")
+
+
+def parallelize(model: llama.Llama | llama.LlamaStage, mesh: dtensor.DeviceMesh,
+                args: argparse.Namespace) -> llama.Llama | llama.LlamaStage:
     """Tensor parallelism over ``mesh["tp"]``, data parallelism over its other dims (one: fully
     sharded or replicated; two: HSDP)."""
     if not args.no_tp:
         plan = llama.tp_plan(model.config, sequence_parallel=not args.no_sp,
                              loss_parallel=not args.no_loss_parallel)
         # every rank built the same weights from the seed: no broadcast needed
+        if isinstance(model, llama.LlamaStage):
+            plan = llama.stage_plan(plan, model)
         parallelize_module(model, mesh["tp"], plan, src_data_rank=None)
     dp_mesh = mesh[tuple(n for n in mesh.mesh_dim_names or () if n != "tp")]
+    blocks = model.layers.values() if isinstance(model.layers, torch.nn.ModuleDict) \
+        else model.layers
     if args.dp == "fsdp":
         dtype = DTYPES[getattr(args, "dtype", "float32")]
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) \
             if dtype != torch.float32 else MixedPrecisionPolicy()
-        for layer in model.layers:
+        for layer in blocks:
             fully_shard(layer, dp_mesh, mp_policy=policy)
         fully_shard(model, dp_mesh, mp_policy=policy)
     elif args.dp == "replicate":
@@ -336,10 +392,16 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
     device = "cuda" if args.cuda else "cpu"
     mesh = data_mesh(args, device)
     # Note [the whole stack]: the same ranks as ``mesh``, with cp a dim of its own
-    cp_mesh = (dtensor.init_device_mesh(device, args.mesh_shape,
-                                        mesh_dim_names=args.mesh_dim_names)["cp"]
+    cp_mesh = (_with_pp(args, device, args.mesh_shape, args.mesh_dim_names)["cp"]
                if args.cp_size > 1 else None)
-    model = parallelize(build_model(args).to(device), mesh, args)
+    group, stage_index = pp_group(args, device)
+    whole = build_model(args).to(device)
+    model = parallelize(whole if group is None else
+                        llama.LlamaStage(whole, stage_index, args.pp), mesh, args)
+    del whole  # Note [pipeline stages]: the other stages' blocks go
+    schedule = None if group is None else PP_SCHEDULES[args.pp_schedule](
+        PipelineStage(model, stage_index, args.pp, group=group, mesh=mesh["tp"]),
+        args.accumulate, loss_fn=compute_loss)
     opt = make_optimizer(model.parameters(), args)
     # this rank's place among the dp x cp ranks (row-major, cp fastest)
     coord = mesh.get_coordinate() or [0] * mesh.ndim
@@ -363,12 +425,16 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
             else contextlib.nullcontext()
         with simpg.trace() if trace_steps else contextlib.nullcontext() as trace, \
                 recorder as recording:
-            for i, (x, y) in enumerate(zip(inputs.chunk(micro), targets.chunk(micro))):
-                if isinstance(model, FSDPModule):
-                    model.set_requires_gradient_sync(i == micro - 1)
-                total += _micro_step(model, x.clone(), y.clone(), cp_mesh, micro)
+            if schedule is not None:
+                total += _pipeline_step(schedule, model, inputs.clone(), targets.clone(),
+                                        cp_mesh)
+            else:
+                for i, (x, y) in enumerate(zip(inputs.chunk(micro), targets.chunk(micro))):
+                    if isinstance(model, FSDPModule):
+                        model.set_requires_gradient_sync(i == micro - 1)
+                    total += _micro_step(model, x.clone(), y.clone(), cp_mesh, micro)
             if args.clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+                clip_grad_norm(list(model.parameters()), args.clip, group)
             opt.step()
             if step == args.steps - 1:  # measured with gradients and optimizer state alive
                 state = state_bytes(list(model.parameters()), opt)
@@ -387,15 +453,19 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
         dims = [n for n in mesh.mesh_dim_names or () if n != "tp"]
         dist.all_reduce(losses, op=dist.ReduceOp.SUM, group=mesh.group_for(dims))
         losses /= shares
+    if group is not None:  # the last stage's losses, zeros on the others
+        dist.all_reduce(losses, op=dist.ReduceOp.SUM, group=group)
     params = [(name, _fmt(p), tuple(p.shape), tuple(_local(p).shape),
                _local(p).numel() * _local(p).element_size(), p.element_size())
               for name, p in model.named_parameters()]
     with torch.no_grad():  # a collective per parameter on every rank; rank 0 keeps them
         weights = {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
                    for name, p in model.named_parameters()}
+    # one rank per stage reports its weights (rank 0 without --pp)
+    reports = not any(mesh.get_coordinate() or [])
     return RankResult(dist.get_rank(), mesh.get_coordinate() or [], losses.tolist(), params,
-                      state, records, seconds, first_step,
-                      weights if dist.get_rank() == 0 else {}, timeline)
+                      state, records, seconds, first_step, weights if reports else {},
+                      timeline)
 
 
 def _micro_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
@@ -413,6 +483,40 @@ def _micro_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Ten
     return value.detach().float()
 
 
+def _pipeline_step(schedule: Any, stage: llama.LlamaStage, inputs: torch.Tensor,
+                   targets: torch.Tensor, cp_mesh: dtensor.DeviceMesh | None) -> torch.Tensor:
+    """One step of the schedule (Note [pipeline stages]): the first stage gives the tokens,
+    the last the targets and gets the micro-batches' losses; the step's loss (the mean of
+    them) on the last stage, zero on the others."""
+    first, last = stage.tok_embeddings is not None, stage.output is not None
+    buffers = [t for t, on in ((inputs, first), (targets, last)) if on]
+    cut = contextlib.nullcontext() if cp_mesh is None else context_parallel(
+        cp_mesh, buffers=[*buffers, stage.freqs_cos, stage.freqs_sin],
+        buffer_seq_dims=[1] * len(buffers) + [0, 0])
+    losses: list[torch.Tensor] = []
+    with cut, loss_parallel():
+        schedule.step(*((inputs,) if first else ()), target=targets if last else None,
+                      losses=losses)
+    if not last:
+        return torch.zeros((), device=inputs.device)
+    values = [v.full_tensor() if isinstance(v, DTensor) else v for v in losses]
+    return (sum(values) / len(values)).detach().float()
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float, pp: Any) -> None:
+    """``clip_grad_norm_`` over the whole model: each stage's norm (a DTensor norm sums over
+    its mesh) squared and added over the pp group (Note [pipeline stages])."""
+    if pp is None:
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+    squared = norm.float() ** 2
+    dist.all_reduce(squared, group=pp)
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, squared.sqrt())
+
+
 def weight_drift(weights: dict[str, torch.Tensor], initial: dict[str, torch.Tensor],
                  trained: dict[str, torch.Tensor]) -> dict[str, float]:
     """Per parameter, how far the sharded run's trained weights are from one device's,
@@ -427,8 +531,12 @@ def weight_drift(weights: dict[str, torch.Tensor], initial: dict[str, torch.Tens
 
 
 def _checkpoint_state(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int) -> dict:
-    # keep_vars: the parameters themselves, so a load fills them in place
-    return {"model": model.state_dict(keep_vars=True), "optim": opt.state_dict(),
+    """keep_vars: the parameters themselves, so a load fills them in place; the optimizer's
+    state under each parameter's name, not its index, so a stage's (Note [pipeline stages])
+    and the whole model's checkpoints are one format."""
+    return {"model": model.state_dict(keep_vars=True),
+            "optim": {name: opt.state[p] for name, p in model.named_parameters()
+                      if p in opt.state},
             "step": step}
 
 
@@ -447,8 +555,7 @@ def load_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, path: st
 
     checkpoint.init_optimizer_state(opt)  # AdamW makes its moments at the first step
     state = _checkpoint_state(model, opt, 0)
-    checkpoint.load(state, path)
-    opt.load_state_dict(state["optim"])
+    checkpoint.load(state, path)  # the moments and step counts are filled in place
     return int(state["step"])
 
 
@@ -474,7 +581,7 @@ def _progress(steps: range, args: argparse.Namespace) -> Any:
 
 # -- entry points ----------------------------------------------------------------------------
 def world_size(args: argparse.Namespace) -> int:
-    return args.dp_size * args.cp_size * args.tp_size
+    return args.pp * args.dp_size * args.cp_size * args.tp_size
 
 
 @contextlib.contextmanager
@@ -529,7 +636,11 @@ def main(argv: list[str] | None = None) -> int:
     if first:  # the reference trained from scratch: the same weights, up to float rounding
         print(f"resumed from {args.resume} after step {first}: the loss table's step 0 is "
               f"step {first}")
-    drift = weight_drift(results[0].weights, initial, trained)
+    weights = {k: w for r in results for k, w in r.weights.items()}  # one rank per stage
+    drift = weight_drift(weights, initial, trained)
+    unreported = sorted(set(trained) - set(weights))
+    if unreported:  # a stage that reported nothing would otherwise pass unseen
+        drift |= {name: math.inf for name in unreported}
     ok = report(args, results, reference, elapsed, simulated=not under_torchrun, drift=drift)
     if args.json:
         with open(args.json, "w") as f:

@@ -49,15 +49,19 @@ def describe_mesh(args: argparse.Namespace) -> str:
 
 def mesh_dims(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The mesh's dim names and sizes (a DPxTP mesh for callers that only set those two)."""
-    names = getattr(args, "mesh_dim_names", ("dp", "tp"))
-    return names, tuple(getattr(args, "mesh_shape", (args.dp_size, args.tp_size)))
+    names = tuple(getattr(args, "mesh_dim_names", ("dp", "tp")))
+    shape = tuple(getattr(args, "mesh_shape", (args.dp_size, args.tp_size)))
+    pp = getattr(args, "pp", 1)
+    return (("pp", *names), (pp, *shape)) if pp > 1 else (names, shape)
 
 
 def parallelisms(args: argparse.Namespace) -> list[str]:
     tp = not args.no_tp and args.tp_size > 1
     data = {"fsdp": "HSDP" if getattr(args, "rep_size", 1) > 1 else "fully sharded",
             "replicate": "replicated", "none": ""}[args.dp]
-    return [p for p, on in ((data, args.dp != "none"),
+    pp = getattr(args, "pp", 1)
+    schedule = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(getattr(args, "pp_schedule", ""), "")
+    return [p for p, on in ((f"pipeline ({schedule})", pp > 1), (data, args.dp != "none"),
                             ("context" + (" (ring)" if getattr(args, "cp_rotate", "") ==
                                           "alltoall" else ""), getattr(args, "cp_size", 1) > 1),
                             ("tensor", tp), ("sequence", tp and not args.no_sp),
@@ -102,11 +106,22 @@ def _drift(drift: dict[str, float], tolerance: float) -> bool:
     return ok
 
 
+def _by_name(results: Sequence[Any]) -> dict[str, list[tuple]]:
+    """Each parameter's rows from the ranks that hold it (under --pp, its stage's), in model
+    order."""
+    rows: dict[str, list[tuple]] = {}
+    for r in results:
+        for row in r.params:
+            rows.setdefault(row[0], []).append(row)
+    return rows
+
+
 def _params(results: Sequence[Any]) -> None:
     print(f"\n{'parameter':<34} {'placements':<22} {'global shape':<14} "
-          f"{'local (rank 0)':<14} {'bytes/rank (min-max)':>20}")
-    for i, (name, placements, shape, local, _, _) in enumerate(results[0].params):
-        sizes = [r.params[i][4] for r in results]
+          f"{'local (first)':<14} {'bytes/rank (min-max)':>20}")
+    for name, rows in _by_name(results).items():
+        _, placements, shape, local, _, _ = rows[0]
+        sizes = [row[4] for row in rows]
         span = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
         print(f"{name:<34} {placements:<22} {str(shape):<14} {str(local):<14} {span:>20}")
 
@@ -115,7 +130,7 @@ def _state(results: Sequence[Any]) -> None:
     total = {k: max(r.state[k] for r in results) for k in results[0].state}
     # what one rank would hold without any sharding: every parameter whole, its gradient,
     # and AdamW's two moments
-    whole = sum(math.prod(shape) * itemsize for _, _, shape, _, _, itemsize in results[0].params)
+    whole = sum(math.prod(rows[0][2]) * rows[0][5] for rows in _by_name(results).values())
     print(f"\nper-rank state (largest rank): parameters {_kb(total['parameters'])}, gradients "
           f"{_kb(total['gradients'])}, optimizer {_kb(total['optimizer'])}; "
           f"{sum(total.values()) / max(4 * whole, 1):.3f} of a replicated run's "

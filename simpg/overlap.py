@@ -164,8 +164,9 @@ DEVICES: dict[str, DeviceModel] = {
 INTERCONNECTS = ("nvlink-node", "ib-cluster")
 
 
-def interconnect(name: str, ranks_per_node: int = 8) -> CostModel:
-    """The named network preset: ``"nvlink-node"`` (8 GPUs on NVLink) or ``"ib-cluster"``
+def interconnect(name: str, ranks_per_node: int = 8, gpus: int = 8) -> CostModel:
+    """The named network preset: ``"nvlink-node"`` (``gpus`` GPUs, 8 by default, on one
+    NVLink domain) or ``"ib-cluster"``
     (nodes of ``ranks_per_node`` GPUs on NVLink, 400 Gb/s InfiniBand between them); the
     figures are ``simpg.CostModel``'s (Note [preset figures] in simpg.costmodel).
 
@@ -173,7 +174,7 @@ def interconnect(name: str, ranks_per_node: int = 8) -> CostModel:
     'infiniband_cluster(ranks_per_node=2)'
     """
     if name == "nvlink-node":
-        return CostModel.nvlink_node(8)
+        return CostModel.nvlink_node(gpus)
     if name == "ib-cluster":
         return CostModel.infiniband_cluster(ranks_per_node=ranks_per_node)
     raise ValueError(f"interconnect {name!r}: expected one of {', '.join(INTERCONNECTS)}")
@@ -437,7 +438,8 @@ def summary(timelines: Sequence[RankTimeline], ranks_per_node: int,
     h100 nvlink-node: step 6.0 us: compute 0.0 + exposed 6.0 (comm 6.0 serial, 0% hidden; rank 0)
     h100 ib-cluster: step 20.0 us: compute 0.0 + exposed 20.0 (comm 20.0 serial, 0% hidden; rank 0)
     """
+    gpus = max(8, len(timelines))  # a world past 8 ranks: one NVLink domain of them all
     return "\n".join(
         f"{device} {preset}: "
-        f"{model_step(timelines, DEVICES[device], interconnect(preset, ranks_per_node))}"
+        f"{model_step(timelines, DEVICES[device], interconnect(preset, ranks_per_node, gpus))}"
         for preset in INTERCONNECTS)

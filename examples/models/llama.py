@@ -224,6 +224,63 @@ class Llama(nn.Module):
         return self.output(self.norm(h))
 
 
+class LlamaStage(nn.Module):
+    """Stage ``stage`` of ``n_stages`` of a ``Llama`` for pipeline parallelism: its share of
+    the blocks (in order, as equal as the count allows), the embedding on the first stage, the
+    final norm and the output on the last, and the rotary tables on every one. Parameters keep
+    the whole model's names (the blocks sit in a ``ModuleDict`` under their index, as in
+    torchtitan), so a checkpoint saved from the stages loads into the whole model and back.
+    The modules are the model's own, not copies: build the model, take the stage, drop the
+    rest.
+
+    >>> model = Llama(PRESETS["tiny"])
+    >>> first, last = LlamaStage(model, 0, 2), LlamaStage(model, 1, 2)
+    >>> tokens = torch.randint(0, 1000, (2, 16))
+    >>> torch.equal(last(first(tokens)), model(tokens))
+    True
+    >>> [n for n, _ in last.named_parameters()][-2:]
+    ['norm.weight', 'output.weight']
+    """
+
+    def __init__(self, model: Llama, stage: int, n_stages: int) -> None:
+        super().__init__()
+        n = len(model.layers)
+        if not 0 <= stage < n_stages <= n:
+            raise ValueError(f"LlamaStage: stage {stage} of {n_stages} over {n} blocks: "
+                             f"expected 0 <= stage < n_stages <= n_layers ({n})")
+        self.config = model.config
+        self.checkpoint_activations = model.checkpoint_activations
+        first, last = stage == 0, stage == n_stages - 1
+        self.tok_embeddings = model.tok_embeddings if first else None
+        lo, hi = stage * n // n_stages, (stage + 1) * n // n_stages
+        self.layers = nn.ModuleDict({str(i): model.layers[i] for i in range(lo, hi)})
+        self.norm = model.norm if last else None
+        self.output = model.output if last else None
+        self.register_buffer("freqs_cos", model.freqs_cos.clone(), persistent=False)
+        self.register_buffer("freqs_sin", model.freqs_sin.clone(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Token ids in on the first stage, the residual stream (bsz, seqlen, dim) on the
+        others; the residual stream out, or the logits on the last stage."""
+        h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
+        seqlen = h.shape[1]
+        cos, sin = self.freqs_cos[:seqlen], self.freqs_sin[:seqlen]
+        for layer in self.layers.values():
+            if self.checkpoint_activations and torch.is_grad_enabled():
+                h = checkpoint(layer, h, cos, sin, use_reentrant=False)
+            else:
+                h = layer(h, cos, sin)
+        return self.output(self.norm(h)) if self.output is not None else h
+
+
+def stage_plan(plan: dict[str, Any], stage: LlamaStage) -> dict[str, Any]:
+    """The keys of a plan for the whole model (``tp_plan``) that name modules this stage
+    holds: the embedding's on the first stage only, the norm's and output's on the last."""
+    return {key: style for key, style in plan.items()
+            if getattr(stage, key.split(".")[0], None) is not None
+            and (not key.startswith("layers.") or len(stage.layers))}
+
+
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross entropy over every position: logits (bsz, seqlen, vocab), targets (bsz,
     seqlen)."""
