@@ -402,11 +402,14 @@ class Site:
     and their lines move on as they run.
     """
 
-    __slots__ = ("code", "lasti", "via_code", "via_lasti")
+    __slots__ = ("code", "lasti", "via_code", "via_lasti", "doing")
 
     def __init__(self, code: Any, lasti: int, via_code: Any = None, via_lasti: int = -1) -> None:
         self.code, self.lasti = code, lasti
         self.via_code, self.via_lasti = via_code, via_lasti
+        # what the runtime said it was doing (Note [activity] in dtensor/comm/activity.py)
+        activity = sys.modules.get("dtensor.comm.activity")
+        self.doing = None if activity is None else activity.CURRENT.get()
 
     @staticmethod
     def _line(code: Any, lasti: int) -> int | None:
@@ -423,9 +426,9 @@ class Site:
         if self.code is None:
             return "<unknown>"
         here = f"{self.code.co_filename}:{self.lineno}"
-        if self.via_code is None:
-            return here
-        return f"{here} via {self.via_code.co_filename}:{self._line(self.via_code, self.via_lasti)}"
+        if self.via_code is not None:
+            here += f" via {self.via_code.co_filename}:{self._line(self.via_code, self.via_lasti)}"
+        return here if self.doing is None else f"{here} ({self.doing})"
 
     def __repr__(self) -> str:
         return f"Site({str(self)!r})"

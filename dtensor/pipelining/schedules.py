@@ -111,7 +111,7 @@ class _Schedule:
             else:
                 stage.backward_one(mb, mb_losses.pop(mb, None) if stage.is_last else None, m)
             for next_kind, next_k, next_mb in order[at + 1:at + 1 + LOOKAHEAD]:
-                self._stages[next_k].post_receives(next_kind, next_mb)  # early: static shapes
+                self._stages[next_k].post_receives(next_kind, next_mb, m)  # early: static
         for stage in self._stages:
             stage.sync_gradients(True)
             stage.wait_sends()

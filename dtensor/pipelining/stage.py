@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dtensor.comm.activity import doing
 from dtensor.mesh import DeviceMesh
 from dtensor.tensor import DTensor
 
@@ -99,6 +100,10 @@ class PipelineStage:
         """Run micro-batch ``mb`` of ``n_microbatches``: the first stage on ``args``, the
         others on what the previous stage sent; sends the outputs on unless this is the last
         stage."""
+        with doing(self._action("forward", mb, n_microbatches)):
+            return self._forward_one(mb, args, kwargs, n_microbatches)
+
+    def _forward_one(self, mb: int, args: tuple, kwargs: dict, n_microbatches: int) -> tuple:
         if not self.is_first:
             args, leaves = self._receive_values(self.stage_index - 1, mb, n_microbatches)
             kwargs = {}
@@ -119,6 +124,14 @@ class PipelineStage:
                      ) -> None:
         """Micro-batch ``mb``'s backward: from ``loss`` on the last stage, else from the
         gradients the next stage sends; then the inputs' gradients go to the previous one."""
+        with doing(self._action("backward", mb, n_microbatches)):
+            self._backward_one(mb, loss, n_microbatches)
+
+    def _action(self, what: str, mb: int, m: int) -> str:
+        """Note [activity]: the name simpg gives this stage's communication in a report."""
+        return f"pipeline stage {self.stage_index}: {what} of micro-batch {mb} of {m}"
+
+    def _backward_one(self, mb: int, loss: torch.Tensor | None, n_microbatches: int) -> None:
         outs = self._outputs.pop(mb)
         if self.is_last:
             if loss is None:
@@ -172,7 +185,7 @@ class PipelineStage:
         dist.recv(buf, self._peer(stage), group=self.group, tag=tag)
         return buf
 
-    def post_receives(self, kind: str, mb: int) -> None:
+    def post_receives(self, kind: str, mb: int, n_microbatches: int = 1) -> None:
         """Issue now the receives micro-batch ``mb``'s forward (``"F"``) or backward
         (``"B"``) will read, where their shapes are known (static shapes, after the first
         header): the transfer then runs while this rank computes, as torch's schedules post
@@ -195,8 +208,10 @@ class PipelineStage:
         self._posted_for.add((kind, mb))
         device = self._device()
         bufs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in shapes]
-        self._posted.setdefault(tag, []).extend(
-            (b, dist.irecv(b, self._peer(stage), group=self.group, tag=tag)) for b in bufs)
+        with doing(self._action("forward" if kind == "F" else "backward", mb,
+                                n_microbatches)):
+            self._posted.setdefault(tag, []).extend(
+                (b, dist.irecv(b, self._peer(stage), group=self.group, tag=tag)) for b in bufs)
 
     def _send_header(self, header: Any, stage: int, tag: int) -> None:
         """``header`` pickled into one message of HEADER_BYTES (one latency, as the value
