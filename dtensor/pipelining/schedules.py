@@ -154,15 +154,7 @@ class PipelineScheduleSingle(_Schedule):
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
-    """Every micro-batch's forward, then every backward (Note [virtual stages]
-With v stages a rank (``num_stages = v * pp``), stage i lives on pp rank i % pp, so a
-micro-batch loops through the ranks v times and each rank's bubble shrinks by 1/v:
-``ScheduleLoopedBFS`` runs each local stage's forwards for every micro-batch, then the
-backwards in reverse; ``ScheduleInterleaved1F1B`` takes torch's interleaved order
-(micro-batches in rounds of pp, a longer warm-up). Two ranks then carry several channels
-(stage i -> i + 1 and the gradients back), one tag each, so each keeps its order.
-
-Note [schedule order])."""
+    """Every micro-batch's forward, then every backward (Note [schedule order])."""
 
     def _single_order(self, m: int) -> list[tuple[str, int]]:
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]

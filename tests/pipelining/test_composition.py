@@ -13,7 +13,8 @@ import simpg
 from dtensor import init_device_mesh
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
 from dtensor.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from tests.pipelining.test_schedules import _data, _loss, _model, _one_device_dp, _stage_modules
+from tests.pipelining.test_schedules import (_data, _loss, _model, _one_device_dp,
+                                             _stage_modules, _train_dp_stage)
 
 
 @pytest.mark.parametrize("schedule_cls", [ScheduleGPipe, Schedule1F1B])
@@ -34,15 +35,8 @@ def test_fully_sharded_tensor_parallel_stages_train_like_one_device(schedule_cls
             fully_shard(block, mesh["dp"])
         fully_shard(mine, mesh["dp"])
         stage = PipelineStage(mine, s, 2, group=mesh.get_group("pp"), mesh=mesh["dp", "tp"])
-        schedule = schedule_cls(stage, m, loss_fn=_loss)
-        opt = torch.optim.SGD(mine.parameters(), lr=0.1)
-        for x, y in data:
-            x, y = x.chunk(2)[d], y.chunk(2)[d]
-            schedule.step(x) if stage.is_first else schedule.step(target=y)
-            opt.step()
-            opt.zero_grad()
-        names = {id(p): n for n, p in model.named_parameters()}
-        return {names[id(p)]: p.full_tensor().detach() for p in mine.parameters()}
+        return _train_dp_stage(schedule_cls(stage, m, loss_fn=_loss), stage, model, mine,
+                               data, d)
 
     seen = set()
     for weights in simpg.run(rank, 8):

@@ -101,20 +101,38 @@ def _pipelined(schedule_cls, n_stages: int, m: int, data, tp: int = 1):
     return simpg.run(rank, n_stages * tp)
 
 
-@pytest.mark.parametrize("schedule_cls", SCHEDULES)
-@pytest.mark.parametrize("n_stages, m, batch", [(2, 1, 4), (2, 4, 8), (2, 3, 7), (4, 4, 8),
-                                                (4, 6, 12), (4, 2, 5)])
-def test_a_schedule_trains_like_one_device(schedule_cls, n_stages, m, batch):
-    data = _data(3, batch)
-    want_losses, want = _one_device(_model(2 * n_stages), data, m)
+def _check_pipelined(results, want_losses, want) -> None:
+    """The last stage's losses and every stage's weights equal one device's."""
     seen = set()
-    for is_last, losses, weights in _pipelined(schedule_cls, n_stages, m, data):
+    for is_last, losses, weights in results:
         if is_last:
             assert sum(losses, []) == pytest.approx(sum(want_losses, []), rel=1e-5)
         for name, w in weights.items():
             torch.testing.assert_close(w, want[name], msg=name)
             seen.add(name)
     assert seen == set(want)
+
+
+def _train_dp_stage(schedule, stage, model, mine, data, d: int) -> dict:
+    """Train a data-parallel stage on dp rank ``d``'s half of each batch; its weights whole,
+    under the whole model's names."""
+    opt = torch.optim.SGD(mine.parameters(), lr=0.1)
+    for x, y in data:
+        x, y = x.chunk(2)[d], y.chunk(2)[d]
+        schedule.step(x) if stage.is_first else schedule.step(target=y)
+        opt.step()
+        opt.zero_grad()
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)]: p.full_tensor().detach() for p in mine.parameters()}
+
+
+@pytest.mark.parametrize("schedule_cls", SCHEDULES)
+@pytest.mark.parametrize("n_stages, m, batch", [(2, 1, 4), (2, 4, 8), (2, 3, 7), (4, 4, 8),
+                                                (4, 6, 12), (4, 2, 5)])
+def test_a_schedule_trains_like_one_device(schedule_cls, n_stages, m, batch):
+    data = _data(3, batch)
+    want_losses, want = _one_device(_model(2 * n_stages), data, m)
+    _check_pipelined(_pipelined(schedule_cls, n_stages, m, data), want_losses, want)
 
 
 @pytest.mark.parametrize("schedule_cls", SCHEDULES)
@@ -213,15 +231,8 @@ def test_fully_sharded_stages_on_a_pp_by_dp_mesh_train_like_one_device(schedule_
             fully_shard(block, mesh["dp"])
         fully_shard(mine, mesh["dp"])
         stage = PipelineStage(mine, s, 2, group=mesh.get_group("pp"))
-        schedule = schedule_cls(stage, m, loss_fn=_loss)
-        opt = torch.optim.SGD(mine.parameters(), lr=0.1)
-        for x, y in data:
-            x, y = x.chunk(2)[d], y.chunk(2)[d]
-            schedule.step(x) if stage.is_first else schedule.step(target=y)
-            opt.step()
-            opt.zero_grad()
-        names = {id(p): n for n, p in model.named_parameters()}
-        return {names[id(p)]: p.full_tensor().detach() for p in mine.parameters()}
+        return _train_dp_stage(schedule_cls(stage, m, loss_fn=_loss), stage, model, mine,
+                               data, d)
 
     seen = set()
     with simpg.trace() as t:
@@ -321,14 +332,7 @@ def _pipelined_multi(schedule_cls, pp: int, v: int, m: int, data, lib=None):
 def test_virtual_stages_train_like_one_device(schedule_cls, pp, v, m, batch):
     data = _data(2, batch)
     want_losses, want = _one_device(_model(pp * v), data, m)
-    seen = set()
-    for is_last, losses, weights in _pipelined_multi(schedule_cls, pp, v, m, data):
-        if is_last:
-            assert sum(losses, []) == pytest.approx(sum(want_losses, []), rel=1e-5)
-        for name, w in weights.items():
-            torch.testing.assert_close(w, want[name], msg=name)
-            seen.add(name)
-    assert seen == set(want)
+    _check_pipelined(_pipelined_multi(schedule_cls, pp, v, m, data), want_losses, want)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
