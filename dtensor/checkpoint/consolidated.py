@@ -28,6 +28,7 @@ else of the file but its header.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -68,6 +69,7 @@ def export_safetensors(source: dict | str | os.PathLike, path: str | os.PathLike
         else 0
     if isinstance(source, dict):
         tensors, _ = flatten(source)
+        _same_keys_everywhere(tensors, process_group)
         specs = {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()}
         get = _live_getter(tensors)
     else:
@@ -119,6 +121,22 @@ def _split(keys: list[str], specs: dict, limit: int | None) -> list[list[str]]:
         groups[-1].append(k)
         size += n
     return groups
+
+
+def _same_keys_everywhere(tensors: dict[str, torch.Tensor], group: Any) -> None:
+    """A live state is gathered key by key onto rank 0, so every rank must hold every key;
+    pipeline stages do not (Note [different keys per rank] in saving.py), and rank 0 would
+    write only its own. Refused on every rank alike (one all-gather of a digest)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    digest = hashlib.sha1(repr(sorted(tensors)).encode()).hexdigest()
+    every: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, digest, group=group)
+    if len(set(every)) > 1:
+        raise UnsupportedValueError(
+            f"export_safetensors of a live state: the ranks hold different keys ("
+            f"{len(set(every))} different sets; pipeline stages?), so rank 0 cannot gather "
+            f"them all: save it with dtensor.checkpoint.save and export from that path")
 
 
 def _live_getter(tensors: dict[str, torch.Tensor]):

@@ -93,3 +93,27 @@ def test_a_sharded_tensor_a_stage_leaves_incomplete_fails_the_save(tmp_path):
 
     with pytest.raises(Exception, match="second.w.*the ranks write 16 elements, expected 28"):
         simpg.run(rank, 4)
+
+
+def test_the_consolidated_export_of_a_pipelined_checkpoint_holds_every_stage(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.torch import load_file
+
+    _save_from_two_stages(tmp_path / "ck")
+    dcp.export_safetensors(tmp_path / "ck", tmp_path / "model.safetensors")
+    got = load_file(tmp_path / "model.safetensors")
+    assert set(got) == set(FULL)
+    for key, want in FULL.items():
+        assert torch.equal(got[key], want), key
+
+
+def test_a_live_export_from_stages_holding_different_keys_is_refused_on_every_rank(tmp_path):
+    """Rank 0 would write only its own stage: refused alike everywhere, no hang."""
+    def rank():
+        mesh = dtensor.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+        state = _stage_state(mesh.get_local_rank("pp"), mesh["dp"])
+        with pytest.raises(dcp.UnsupportedValueError, match="the ranks hold different keys"):
+            dcp.export_safetensors(state, tmp_path / "model.safetensors")
+        return True
+
+    assert all(simpg.run(rank, 4))
