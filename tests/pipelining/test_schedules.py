@@ -128,7 +128,7 @@ def _train_dp_stage(schedule, stage, model, mine, data, d: int) -> dict:
 
 @pytest.mark.parametrize("schedule_cls", SCHEDULES)
 @pytest.mark.parametrize("n_stages, m, batch", [(2, 1, 4), (2, 4, 8), (2, 3, 7), (4, 4, 8),
-                                                (4, 6, 12), (4, 2, 5)])
+                                                (4, 6, 12), (4, 2, 5), (8, 8, 16), (8, 3, 11)])
 def test_a_schedule_trains_like_one_device(schedule_cls, n_stages, m, batch):
     data = _data(3, batch)
     want_losses, want = _one_device(_model(2 * n_stages), data, m)
@@ -328,7 +328,8 @@ def _pipelined_multi(schedule_cls, pp: int, v: int, m: int, data, lib=None):
 
 @pytest.mark.parametrize("schedule_cls", ["ScheduleLoopedBFS", "ScheduleInterleaved1F1B"])
 @pytest.mark.parametrize("pp, v, m, batch", [(2, 2, 2, 4), (2, 2, 4, 8), (2, 3, 4, 8),
-                                             (4, 2, 4, 8), (4, 2, 8, 16), (2, 1, 2, 4)])
+                                             (4, 2, 4, 8), (4, 2, 8, 16), (2, 1, 2, 4),
+                                             (2, 4, 4, 8), (8, 2, 8, 16)])
 def test_virtual_stages_train_like_one_device(schedule_cls, pp, v, m, batch):
     data = _data(2, batch)
     want_losses, want = _one_device(_model(pp * v), data, m)
