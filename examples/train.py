@@ -50,10 +50,10 @@ Note [the whole stack]
 Note [pipeline stages]
 ``--pp N`` puts a ``pp`` dim of N in front of the mesh (a flag, not a mesh number: four
 numbers already mean HSDP): N x the mesh's ranks, torchtitan's pp x dp x cp x tp. Every rank
-builds the whole model from the seed and keeps its stage (``llama.LlamaStage``: the model's
-own blocks under their own names; the others are dropped), so the stages start from the
-single device's weights. Each stage is tensor-parallel and fully sharded on the data mesh of
-its pp coordinate, exactly as the whole model is without pp, and ``--accumulate`` is the
+builds the model on the meta device and materializes only its stage (``llama.LlamaStage``:
+the model's own blocks under their own names) with the values the single device's CPU build
+from the seed gives them (``build_stage``; no other stage's weight is ever allocated). Each
+stage is tensor-parallel and fully sharded on the data mesh of its pp coordinate, exactly as the whole model is without pp, and ``--accumulate`` is the
 micro-batch count of the schedule (``--pp-schedule``, 1F1B by default), which reduces the
 gradients once per step. Context parallel and loss parallel are entered around the
 schedule's step, so every micro-batch's forward and backward runs inside them. The
@@ -86,6 +86,7 @@ from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, los
                               parallelize_module, replicate, state_bytes)
 from dtensor.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from examples.models import llama
+from examples.models.meta_init import meta_build
 from examples.train_report import WEIGHT_TOLERANCE
 from simpg.steprecorder import record_step
 
@@ -256,6 +257,20 @@ def build_model(args: argparse.Namespace) -> llama.Llama:
                        checkpoint_activations=getattr(args, "checkpoint_activations", False))
 
 
+def build_stage(args: argparse.Namespace, stage: int, device: str) -> llama.LlamaStage:
+    """Pipeline stage ``stage`` of the model ``build_model`` makes, with its weights, and no
+    other stage's ever allocated: built on the meta device, this stage materialized with the
+    values a whole CPU build gives it (Note [meta build, CPU values] in
+    examples/models/meta_init.py)."""
+    torch.manual_seed(args.seed)
+    made = meta_build(lambda: llama.Llama(
+        model_config(args), checkpoint_activations=getattr(args, "checkpoint_activations",
+                                                           False)))
+    part = made.materialize(llama.LlamaStage(made.model, stage, args.pp), device)
+    assert isinstance(part, llama.LlamaStage)
+    return part
+
+
 def make_optimizer(params: Any, args: argparse.Namespace) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=args.lr, weight_decay=0.1, foreach=True)
 
@@ -395,10 +410,8 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
     cp_mesh = (_with_pp(args, device, args.mesh_shape, args.mesh_dim_names)["cp"]
                if args.cp_size > 1 else None)
     group, stage_index = pp_group(args, device)
-    whole = build_model(args).to(device)
-    model = parallelize(whole if group is None else
-                        llama.LlamaStage(whole, stage_index, args.pp), mesh, args)
-    del whole  # Note [pipeline stages]: the other stages' blocks go
+    model = parallelize(build_model(args).to(device) if group is None else
+                        build_stage(args, stage_index, device), mesh, args)
     schedule = None if group is None else PP_SCHEDULES[args.pp_schedule](
         PipelineStage(model, stage_index, args.pp, group=group, mesh=mesh["tp"]),
         args.accumulate, loss_fn=compute_loss)

@@ -118,3 +118,22 @@ def test_torchrun_on_gloo_gives_the_simulated_pipelined_losses(tmp_path):
     assert "PASS" in proc.stdout
     real = json.loads(out.read_text())
     assert real["losses"] == pytest.approx(simulated[0].losses, rel=1e-6)
+
+
+def test_a_stage_built_on_meta_has_the_whole_builds_weights_and_allocates_no_other():
+    """Note [meta build, CPU values]: each stage materialized alone equals the CPU build."""
+    from examples.models.meta_init import meta_build
+
+    args = train.parse_args(["--pp", "2", "--mesh", "1x1", "--model", "small"] + QUICK)
+    whole = dict(train.build_model(args).named_parameters())
+    for s in range(2):
+        stage = train.build_stage(args, s, "cpu")
+        for name, p in stage.named_parameters():
+            assert torch.equal(p, whole[name]), name
+        assert torch.equal(stage.freqs_cos, train.build_model(args).freqs_cos)
+    torch.manual_seed(args.seed)
+    made = meta_build(lambda: llama.Llama(train.model_config(args)))
+    made.materialize(llama.LlamaStage(made.model, 1, 2))
+    meta = {n for n, p in made.model.named_parameters() if p.is_meta}
+    assert "tok_embeddings.weight" in meta and "layers.0.attention.wq.weight" in meta
+    assert "output.weight" not in meta

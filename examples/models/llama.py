@@ -256,8 +256,12 @@ class LlamaStage(nn.Module):
         self.layers = nn.ModuleDict({str(i): model.layers[i] for i in range(lo, hi)})
         self.norm = model.norm if last else None
         self.output = model.output if last else None
-        self.register_buffer("freqs_cos", model.freqs_cos.clone(), persistent=False)
-        self.register_buffer("freqs_sin", model.freqs_sin.clone(), persistent=False)
+        # from the config, not the model's: a model built on the meta device has none
+        where = "cpu" if model.freqs_cos.is_meta else model.freqs_cos.device
+        cos, sin = rope_tables(self.config.head_dim, self.config.max_seq_len,
+                               self.config.rope_theta)
+        self.register_buffer("freqs_cos", cos.to(where), persistent=False)
+        self.register_buffer("freqs_sin", sin.to(where), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Token ids in on the first stage, the residual stream (bsz, seqlen, dim) on the
