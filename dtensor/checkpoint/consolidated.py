@@ -28,7 +28,6 @@ else of the file but its header.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -44,6 +43,7 @@ from dtensor.checkpoint.errors import (CheckpointError, CorruptCheckpointError, 
                                        StateMismatchError, UnsupportedValueError)
 from dtensor.checkpoint.loading import _fill_tensor, read_metadata
 from dtensor.checkpoint.pieces import view_of
+from dtensor.checkpoint.saving import keys_differ
 from dtensor.checkpoint.storage import ST_DTYPES, dtype_from_name, dtype_name
 from dtensor.checkpoint.stores import store_for
 from dtensor.checkpoint.tree import fill, flatten
@@ -127,16 +127,11 @@ def _same_keys_everywhere(tensors: dict[str, torch.Tensor], group: Any) -> None:
     """A live state is gathered key by key onto rank 0, so every rank must hold every key;
     pipeline stages do not (Note [different keys per rank] in saving.py), and rank 0 would
     write only its own. Refused on every rank alike (one all-gather of a digest)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    digest = hashlib.sha1(repr(sorted(tensors)).encode()).hexdigest()
-    every: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(every, digest, group=group)
-    if len(set(every)) > 1:
+    if keys_differ(group, sorted(tensors)):
         raise UnsupportedValueError(
-            f"export_safetensors of a live state: the ranks hold different keys ("
-            f"{len(set(every))} different sets; pipeline stages?), so rank 0 cannot gather "
-            f"them all: save it with dtensor.checkpoint.save and export from that path")
+            "export_safetensors of a live state: the ranks hold different keys (pipeline "
+            "stages?), so rank 0 cannot gather them all: save it with "
+            "dtensor.checkpoint.save and export from that path")
 
 
 def _live_getter(tensors: dict[str, torch.Tensor]):

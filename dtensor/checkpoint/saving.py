@@ -126,8 +126,8 @@ def save(state: dict, path: str | os.PathLike, *, process_group: Any = None,
     ``path``, called by every rank of ``process_group`` (default: the world; none needed in
     one process). Publishes atomically (Note [commit]); returns this rank's report. Values
     (everything but tensors) are taken from rank 0, as JSON (Note [no pickle]); ranks may hold
-different keys (Note [different keys per rank]). A failed
-    ``async_save`` before it is raised here first (Note [async save]).
+    different keys (Note [different keys per rank]). A failed ``async_save`` before it is
+    raised here first (Note [async save]).
 
     >>> import tempfile, torch, dtensor.checkpoint as dcp
     >>> d = tempfile.mkdtemp()
@@ -206,8 +206,7 @@ def _holders(comm: _Comm, tensors: dict[str, torch.Tensor], values: dict[str, An
              for k, t in tensors.items()} | {k: "value" for k in values}
     mine = tuple(sorted(kinds.items()))
     plain = tuple(sorted(k for k, kind in kinds.items() if kind == "tensor"))
-    digest = hashlib.sha1(repr(mine).encode()).hexdigest()
-    if len(set(comm.all_gather(digest))) == 1:
+    if not keys_differ(comm, mine):
         return None, plain
     holders: dict[str, list[int]] = {}
     every_plain: set[str] = set()
@@ -217,6 +216,14 @@ def _holders(comm: _Comm, tensors: dict[str, torch.Tensor], values: dict[str, An
             if kind == "tensor":
                 every_plain.add(key)
     return {k: tuple(v) for k, v in holders.items()}, tuple(sorted(every_plain))
+
+
+def keys_differ(group: Any, keys: Any) -> bool:
+    """Whether any rank of ``group`` holds other ``keys`` than another (one all-gather of a
+    digest; False in one process)."""
+    comm = group if isinstance(group, _Comm) else _Comm(group)
+    digest = hashlib.sha1(repr(keys).encode()).hexdigest()
+    return len(set(comm.all_gather(digest))) > 1
 
 
 def _first_holder(t: torch.Tensor, view: TensorView, holders: tuple[int, ...],
