@@ -9,7 +9,8 @@ Each rank's second step is recorded (``simpg.steprecorder``) and played on a mod
 with NVLink between stages (``simpg.overlap``; Note [point-to-point in the model]): a rank's
 bubble is the share of the step its compute stream waits, the figure is the mean over ranks.
 The textbook bubble is (p - 1) / (v m + p - 1) for p ranks of v stages each and m
-micro-batches, when every stage does equal work; "slowest rank" applies it as if every rank
+micro-batches, when every stage does equal work (zero-bubble schedules: 0, when a forward, an
+input backward and a weight backward take equal time); "slowest rank" applies it as if every rank
 did the slowest rank's measured work, which bounds the unequal stages' bubble from above (on
 this small model kernels sit at the device's per-kernel floor, so the last stage's loss and
 the first stage's backward, which needs no input gradient, make the ranks unequal). "Transfers free" replays the step with instant messages: the schedule's own
@@ -41,7 +42,10 @@ from simpg.overlap import DEVICES, interconnect, model_step  # noqa: E402
 from simpg.steprecorder import record_step  # noqa: E402
 
 SCHEDULES = [("ScheduleGPipe", 1), ("Schedule1F1B", 1), ("ScheduleLoopedBFS", 2),
-             ("ScheduleInterleaved1F1B", 2)]
+             ("ScheduleInterleaved1F1B", 2), ("ScheduleInterleavedZeroBubble", 2),
+             ("ScheduleZBVZeroBubble", 2)]
+ZERO_BUBBLE = {"ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble"}
+V_SHAPED = {"ScheduleZBVZeroBubble"}  # stages r and 2 pp - 1 - r on rank r
 LIBS = ("ours", "ours, per-micro-batch headers", "torch")
 
 
@@ -106,9 +110,11 @@ def run_schedule(args: argparse.Namespace, lib: str, name: str, v: int) -> Row:
     per = 2 // v
     x, y = torch.randn(m * args.rows, args.dim), torch.randn(m * args.rows, args.dim)
 
+    last_rank = 0 if name in V_SHAPED else pp - 1
+
     def rank() -> tuple:
         r, n = dist.get_rank(), pp * v
-        mine = list(range(r, n, pp))
+        mine = [r, n - 1 - r] if name in V_SHAPED else list(range(r, n, pp))
         stages = [module.PipelineStage(
             copy.deepcopy(nn.Sequential(*blocks[i * per:(i + 1) * per])), i, n,
             torch.device("cpu"), **extra) for i in mine]
@@ -118,7 +124,7 @@ def run_schedule(args: argparse.Namespace, lib: str, name: str, v: int) -> Row:
 
         def step() -> None:
             losses.clear()
-            kwargs = {"target": y, "losses": losses} if r == pp - 1 else {}
+            kwargs = {"target": y, "losses": losses} if r == last_rank else {}
             schedule.step(x, **kwargs) if r == 0 else schedule.step(**kwargs)
 
         step()  # torch infers shapes on its first step; both warm up
@@ -170,7 +176,8 @@ def print_report(args: argparse.Namespace, rows: dict[tuple[str, str], Row],
     for name, v in SCHEDULES:
         a, h, t = rows[(name, "ours")], rows[(name, LIBS[1])], rows[(name, "torch")]
         peaks = ", ".join(f"{x:,} / {y:,}" for x, y in zip(a.peaks, t.peaks))
-        print(f"| {name} | {v} | {textbook(pp, m, v):.3f} / {a.stages_textbook:.3f} | "
+        ideal = 0.0 if name in ZERO_BUBBLE else textbook(pp, m, v)
+        print(f"| {name} | {v} | {ideal:.3f} / {a.stages_textbook:.3f} | "
               f"{a.schedule_bubble:.3f} / "
               f"{t.schedule_bubble:.3f} | {a.bubble:.3f} / {t.bubble:.3f} | "
               f"{a.step_us:,.0f} / {t.step_us:,.0f} | {a.step_us / t.step_us:.2f} | "

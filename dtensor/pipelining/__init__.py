@@ -1,14 +1,15 @@
 """Pipeline parallelism: a model cut into stages that live on the coordinates of a pp mesh
 dim, micro-batches flowing through a schedule, each stage free to be tensor-parallel or
 fully sharded on its own sub-mesh (torch.distributed.pipelining's names: ``PipelineStage``,
-``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleLoopedBFS``,
-``ScheduleInterleaved1F1B``)."""
+``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleLoopedBFS``, ``ScheduleInterleaved1F1B``,
+``ScheduleInterleavedZeroBubble``, ``ScheduleZBVZeroBubble``)."""
 
 from dtensor.pipelining.schedules import (PipelineScheduleMulti, PipelineScheduleSingle,
                                          Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                         ScheduleLoopedBFS)
+                                         ScheduleInterleavedZeroBubble, ScheduleLoopedBFS,
+                                         ScheduleZBVZeroBubble)
 from dtensor.pipelining.stage import PipelineStage, PipeliningError
 
 __all__ = ["PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage",
            "PipeliningError", "Schedule1F1B", "ScheduleGPipe", "ScheduleInterleaved1F1B",
-           "ScheduleLoopedBFS"]
+           "ScheduleInterleavedZeroBubble", "ScheduleLoopedBFS", "ScheduleZBVZeroBubble"]

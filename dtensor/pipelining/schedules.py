@@ -26,6 +26,19 @@ backwards in reverse; ``ScheduleInterleaved1F1B`` takes torch's interleaved orde
 (micro-batches in rounds of pp, a longer warm-up). Two ranks then carry several channels
 (stage i -> i + 1 and the gradients back), one tag each, so each keeps its order.
 
+Note [zero bubble]
+``ScheduleInterleavedZeroBubble`` and ``ScheduleZBVZeroBubble`` run each backward in two
+halves (Note [input and weight backward] in split_backward.py): ``"I"``, the inputs'
+gradients, sent back at once, and ``"W"``, the weights', which nothing downstream waits for,
+so a schedule places them where a rank would otherwise wait. The interleaved one is torch's
+ZB1P order (a warm-up one forward shorter per hop than interleaved 1F1B's; rank r holds r
+weight halves back). The V puts stages r and 2 * pp - 1 - r on rank r: a micro-batch goes
+down the ranks and back up, stages pp - 1 and pp share a rank (Note [stages on one rank] in
+stage.py), and the first and last stages share rank 0; its order is torch's ZB-V, planned
+for at least 2 * pp - 1 micro-batches and cut to the real count. Neither takes fully_shard
+stages yet: the gathered parameters and the gradient sync of a fully sharded module follow
+one whole backward per micro-batch.
+
 Note [schedule order]
 A schedule is the order of one stage's forward and backward micro-batches. GPipe: every
 forward, then every backward. 1F1B: stage s runs ``min(num_stages - 1 - s, m)`` forwards
@@ -68,6 +81,8 @@ class _Schedule:
             raise PipeliningError("chunk and merge specs other than dim 0 are not supported: "
                                   "micro-batches are cut and merged along dim 0")
         self._stages = stages
+        for st in stages:  # Note [stages on one rank] in stage.py
+            st.local_stages = {o.stage_index: o for o in stages if o is not st}
         self._n_microbatches = n_microbatches
         self._loss_fn = loss_fn
         self._scale_grads = scale_grads
@@ -108,8 +123,13 @@ class _Schedule:
                 if not training:
                     stage._outputs.pop(mb, None)
                     stage._inputs.pop(mb, None)
-            else:
+            elif kind == "B":
                 stage.backward_one(mb, mb_losses.pop(mb, None) if stage.is_last else None, m)
+            elif kind == "I":  # Note [input and weight backward] in split_backward.py
+                stage.backward_input_one(mb, mb_losses.pop(mb, None) if stage.is_last else None,
+                                         m)
+            else:
+                stage.backward_weight_one(mb, m)
             for next_kind, next_k, next_mb in order[at + 1:at + 1 + LOOKAHEAD]:
                 self._stages[next_k].post_receives(next_kind, next_mb, m)  # early: static
         for stage in self._stages:
@@ -125,6 +145,8 @@ class _Schedule:
         return torch.cat(outs) if len(outs) > 1 else outs[0]
 
     def _order(self, m: int) -> list[tuple[str, int, int]]:
+        """(``"F"``, ``"B"``, or the backward's halves ``"I"`` and ``"W"``, local stage,
+        micro-batch), in the order this rank runs them."""
         raise NotImplementedError
 
 
@@ -154,7 +176,20 @@ class PipelineScheduleSingle(_Schedule):
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
-    """Every micro-batch's forward, then every backward (Note [schedule order])."""
+    """Every micro-batch's forward, then every backward (Note [zero bubble]
+``ScheduleInterleavedZeroBubble`` and ``ScheduleZBVZeroBubble`` run each backward in two
+halves (Note [input and weight backward] in split_backward.py): ``"I"``, the inputs'
+gradients, sent back at once, and ``"W"``, the weights', which nothing downstream waits for,
+so a schedule places them where a rank would otherwise wait. The interleaved one is torch's
+ZB1P order (a warm-up one forward shorter per hop than interleaved 1F1B's; rank r holds r
+weight halves back). The V puts stages r and 2 * pp - 1 - r on rank r: a micro-batch goes
+down the ranks and back up, stages pp - 1 and pp share a rank (Note [stages on one rank] in
+stage.py), and the first and last stages share rank 0; its order is torch's ZB-V, planned
+for at least 2 * pp - 1 micro-batches and cut to the real count. Neither takes fully_shard
+stages yet: the gathered parameters and the gradient sync of a fully sharded module follow
+one whole backward per micro-batch.
+
+Note [schedule order])."""
 
     def _single_order(self, m: int) -> list[tuple[str, int]]:
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
@@ -186,12 +221,16 @@ class PipelineScheduleMulti(_Schedule):
         indices = [st.stage_index for st in self._stages]
         pp, n = self._stages[0].pp_size, self._stages[0].num_stages
         rank = indices[0] % pp
-        if indices != list(range(rank, n, pp)):
+        expected, how = self._placement(rank, pp, n)
+        if indices != expected:
             raise PipeliningError(
-                f"{type(self).__name__} on pp rank {rank} takes stages "
-                f"{list(range(rank, n, pp))} (stage i on rank i % {pp}, in order), got "
-                f"{indices}")
+                f"{type(self).__name__} on pp rank {rank} takes stages {expected} ({how}), "
+                f"got {indices}")
         self.pp_size, self.rank, self.n_local = pp, rank, len(indices)
+
+    def _placement(self, rank: int, pp: int, n: int) -> tuple[list[int], str]:
+        """The stages rank ``rank`` holds, in order, and the rule in words."""
+        return list(range(rank, n, pp)), f"stage i on rank i % {pp}, in order"
 
 
 class ScheduleLoopedBFS(PipelineScheduleMulti):
@@ -209,44 +248,153 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
     stages]): torch's order, so the warm-up is (v - 1) * pp + 2 * (pp - 1 - rank) forwards."""
 
     def _order(self, m: int) -> list[tuple[str, int, int]]:
-        pp, v, r = self.pp_size, self.n_local, self.rank
-        rounds = max(1, m // pp)
-        if m % rounds:
-            raise PipeliningError(f"{type(self).__name__}: {m} micro-batches do not make "
-                                  f"whole rounds of {m // rounds}: use a multiple of the pp "
-                                  f"size {pp}")
-        per_round = m // rounds
-        total = v * m
-        warmup = min((v - 1) * per_round + 2 * (pp - 1 - r), total)
+        return _interleaved(self, m, zero_bubble=False)
 
-        def forward_stage(step: int) -> int:
-            return (step // per_round) % v
 
-        def backward_stage(step: int) -> int:
-            return v - 1 - ((step - warmup) // per_round) % v
+class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
+    """Interleaved 1F1B with each backward in two halves (Note [zero bubble]): torch's ZB1P
+    order, a warm-up of (v - 1) * pp + (pp - 1 - rank) forwards, then a forward and an input
+    backward per step, each rank's weight backwards held back by its rank and run in the
+    cool-down's waits."""
 
-        fwd_mb, bwd_mb = [0] * v, [0] * v
-        order = []
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: LossFn | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True) -> None:
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+                         output_merge_spec, scale_grads)
+        _refuse_fully_sharded(self)
 
-        def forward(step: int) -> None:
-            k = forward_stage(step)
-            order.append(("F", k, fwd_mb[k]))
-            fwd_mb[k] += 1
+    def _order(self, m: int) -> list[tuple[str, int, int]]:
+        return _interleaved(self, m, zero_bubble=True)
 
-        def backward(step: int) -> None:
-            k = backward_stage(step)
-            order.append(("B", k, bwd_mb[k]))
-            bwd_mb[k] += 1
 
-        for step in range(total + warmup):
-            if step < warmup:
-                forward(step)
-            elif step < total:
-                forward(step)
-                backward(step)
-            else:
-                backward(step)
-        return order
+def _refuse_fully_sharded(schedule: _Schedule) -> None:
+    """Zero-bubble schedules take no fully_shard stage yet (Note [zero bubble])."""
+    for st in schedule._stages:
+        if any(hasattr(mod, "set_requires_gradient_sync") for mod in st.submod.modules()):
+            raise PipeliningError(
+                f"{type(schedule).__name__}: stage {st.stage_index} is fully_shard-ed, and "
+                f"splitting its backward into input and weight halves is not supported for "
+                f"fully sharded modules yet (their gathered parameters and gradient sync "
+                f"follow one backward per micro-batch): use ScheduleInterleaved1F1B or "
+                f"Schedule1F1B for fully sharded stages")
+
+
+def _interleaved(schedule: PipelineScheduleMulti, m: int, zero_bubble: bool
+                 ) -> list[tuple[str, int, int]]:
+    """The interleaved 1F1B order on this rank, zero-bubble or not (torch's, action by
+    action)."""
+    pp, v, r = schedule.pp_size, schedule.n_local, schedule.rank
+    rounds = max(1, m // pp)
+    if m % rounds:
+        raise PipeliningError(f"{type(schedule).__name__}: {m} micro-batches do not make "
+                              f"whole rounds of {m // rounds}: use a multiple of the pp "
+                              f"size {pp}")
+    per_round = m // rounds
+    total = v * m
+    hops = (1 if zero_bubble else 2) * (pp - 1 - r)
+    warmup = min((v - 1) * per_round + hops, total)
+    backward_kind = "I" if zero_bubble else "B"
+    fwd_mb, bwd_mb, weight_mb = [0] * v, [0] * v, [0] * v
+    backward_steps: list[int] = []
+    order: list[tuple[str, int, int]] = []
+
+    def backward_stage(step: int) -> int:
+        return v - 1 - ((step - warmup) // per_round) % v
+
+    def forward(step: int) -> None:
+        k = (step // per_round) % v
+        order.append(("F", k, fwd_mb[k]))
+        fwd_mb[k] += 1
+
+    def weight() -> None:
+        k = backward_stage(backward_steps[sum(weight_mb)])
+        order.append(("W", k, weight_mb[k]))
+        weight_mb[k] += 1
+
+    def backward(step: int) -> None:
+        k = backward_stage(step)
+        order.append((backward_kind, k, bwd_mb[k]))
+        bwd_mb[k] += 1
+        backward_steps.append(step)
+        if zero_bubble and step - warmup >= r:  # rank r holds r weight halves back
+            weight()
+
+    for step in range(total + warmup):
+        if step < warmup:
+            forward(step)
+        elif step < total:
+            forward(step)
+            backward(step)
+        else:
+            backward(step)
+    while zero_bubble and sum(weight_mb) < len(backward_steps):
+        weight()
+    return order
+
+
+class ScheduleZBVZeroBubble(PipelineScheduleMulti):
+    """The zero-bubble V (Note [zero bubble]): two stages a rank, rank r holding stages r and
+    2 * pp - 1 - r, so a micro-batch goes down the ranks and back up and the first and last
+    stages share rank 0; torch's order, each backward in two halves."""
+
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: LossFn | None = None, args_chunk_spec: Any = None,
+                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True) -> None:
+        stages = list(stages)
+        if len(stages) != 2:
+            raise PipeliningError(f"ScheduleZBVZeroBubble runs exactly 2 stages a rank, got "
+                                  f"{len(stages)}")
+        pp = stages[0].pp_size
+        for st in stages:  # Note [stages on one rank] in stage.py
+            st.stage_to_rank = lambda i, pp=pp: i if i < pp else 2 * pp - 1 - i
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+                         output_merge_spec, scale_grads)
+        _refuse_fully_sharded(self)
+
+    def _placement(self, rank: int, pp: int, n: int) -> tuple[list[int], str]:
+        return [rank, n - 1 - rank], f"the V: stages r and {n - 1} - r on rank r, of {n}"
+
+    def _order(self, m: int) -> list[tuple[str, int, int]]:
+        pp, r = self.pp_size, self.rank
+        n = max(2 * pp - 1, m)  # torch plans at least a full V, then drops the extra ones
+        f, b, w = [0, 0], [0, 0], [0, 0]
+        order: list[tuple[str, int, int]] = []
+
+        def run(kind: str, k: int, count: list[int]) -> None:
+            order.append((kind, k, count[k]))
+            count[k] += 1
+
+        for _ in range(2 * (pp - r) - 1):
+            run("F", 0, f)
+        for _ in range(r):
+            run("F", 1, f)
+            run("F", 0, f)
+        for _ in range(pp - r):
+            run("F", 1, f)
+            run("I", 1, b)
+            run("W", 1, w)
+        while f[1] < f[0] or f[0] < n:
+            if f[0] < n:
+                run("F", 0, f)
+            run("I", 0, b)
+            run("W", 0, w)
+            run("F", 1, f)
+            run("I", 1, b)
+            run("W", 1, w)
+        for _ in range(r):
+            run("I", 0, b)
+            run("I", 1, b)
+        for _ in range(pp - r):
+            run("I", 0, b)
+            run("W", 0, w)
+        while w[1] < b[1]:
+            run("W", 1, w)
+        while w[0] < b[0]:
+            run("W", 0, w)
+        return [a for a in order if a[2] < m]
 
 
 def _split(values: tuple, m: int) -> list[tuple]:

@@ -28,6 +28,7 @@ from torch import nn
 
 from dtensor.comm.activity import doing
 from dtensor.mesh import DeviceMesh
+from dtensor.pipelining.split_backward import WeightBackward, backward_input
 from dtensor.tensor import DTensor
 
 
@@ -75,11 +76,14 @@ class PipelineStage:
                                   f"expected 0 <= stage_index < num_stages")
         self.group = group if group is not None else dist.group.WORLD
         size, rank = dist.get_world_size(self.group), dist.get_rank(self.group)
-        if num_stages % size or stage_index % size != rank:
+        looped = stage_index % size == rank
+        v_shape = num_stages == 2 * size and stage_index == 2 * size - 1 - rank
+        if num_stages % size or not (looped or v_shape):
             raise PipeliningError(
                 f"stage {stage_index} of {num_stages} built on group rank {rank} of {size}: "
                 f"stage i lives on group rank i % {size} (pass the pp mesh dim's group, e.g. "
-                f"mesh.get_group('pp'), and num_stages a multiple of its size)")
+                f"mesh.get_group('pp'), and num_stages a multiple of its size), or, for "
+                f"ScheduleZBVZeroBubble's V, stages r and {2 * size - 1} - r on rank r")
         self.pp_size = size
         self.submod = submodule
         self.stage_index, self.num_stages = stage_index, num_stages
@@ -93,6 +97,11 @@ class PipelineStage:
         self._known: dict[int, Any] = {}  # tag -> the header once sent or received (static)
         self._posted: dict[int, list[tuple[torch.Tensor, dist.Work]]] = {}  # tag -> receives
         self._posted_for: set[tuple[str, int]] = set()  # (kind, micro-batch) posted this step
+        self._weight_halves: dict[int, WeightBackward] = {}  # Note [input and weight backward]
+        # Note [stages on one rank]: which rank holds stage i, and this rank's other stages
+        self.stage_to_rank: Callable[[int], int] = lambda i: i % size
+        self.local_stages: dict[int, PipelineStage] = {}
+        self._local_inbox: dict[int, list[tuple[int, int, tuple]]] = {}  # tag -> sent values
 
     # -- forward ---------------------------------------------------------------------------
     def forward_one(self, mb: int, args: tuple, kwargs: dict, n_microbatches: int = 1
@@ -131,20 +140,42 @@ class PipelineStage:
         """Note [activity]: the name simpg gives this stage's communication in a report."""
         return f"pipeline stage {self.stage_index}: {what} of micro-batch {mb} of {m}"
 
-    def _backward_one(self, mb: int, loss: torch.Tensor | None, n_microbatches: int) -> None:
+    def _backward_one(self, mb: int, loss: torch.Tensor | None, n_microbatches: int,
+                      split: bool = False) -> None:
         outs = self._outputs.pop(mb)
         if self.is_last:
             if loss is None:
                 raise PipeliningError("the last stage's backward needs the micro-batch's loss: "
                                       "give the schedule a loss_fn")
-            loss.backward()
+            outs, grads = (loss,), [None]
         else:
             grads = self._receive_grads(outs, self.stage_index + 1, mb, n_microbatches)
+        if split:
+            self._weight_halves[mb] = backward_input(outs, grads, self._inputs.get(mb, ()))
+        else:
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             if pairs:
-                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+                torch.autograd.backward([o for o, _ in pairs],
+                                        None if self.is_last else [g for _, g in pairs])
         if not self.is_first:
             self._send_grads(self._inputs.pop(mb), self.stage_index - 1, mb, n_microbatches)
+
+    def backward_input_one(self, mb: int, loss: torch.Tensor | None = None,
+                           n_microbatches: int = 1) -> None:
+        """The input half of micro-batch ``mb``'s backward (Note [input and weight backward]
+        in split_backward.py): the inputs' gradients, sent back at once; the weights' wait
+        for ``backward_weight_one``."""
+        with doing(self._action("backward (inputs)", mb, n_microbatches)):
+            self._backward_one(mb, loss, n_microbatches, split=True)
+
+    def backward_weight_one(self, mb: int, n_microbatches: int = 1) -> None:
+        """The weight half of micro-batch ``mb``'s backward: the parameters' gradients."""
+        half = self._weight_halves.pop(mb, None)
+        if half is None:
+            raise PipeliningError(f"stage {self.stage_index}: the weight backward of "
+                                  f"micro-batch {mb} comes before its input backward")
+        with doing(self._action("backward (weights)", mb, n_microbatches)):
+            half.run()
 
     def sync_gradients(self, sync: bool) -> None:
         """Whether the next forward or backward reduces gradients over dp, where the module
@@ -170,7 +201,29 @@ class PipelineStage:
     # Each (sending stage, direction) is its own channel, a tag: with several stages a rank
     # (Note [virtual stages] in schedules.py), two ranks carry several channels, each in order.
     def _peer(self, stage: int) -> int:
-        return dist.get_global_rank(self.group, stage % self.pp_size)
+        return dist.get_global_rank(self.group, self.stage_to_rank(stage))
+
+    # Note [stages on one rank]: in a V (ScheduleZBVZeroBubble) stages pp - 1 and pp share a
+    # rank; what crosses between two stages of one rank is handed over in memory, as torch's
+    # schedules do (a message to oneself is no collective, and gloo has none): the values
+    # detached (the receiver's leaves), in the order sent, checked by micro-batch.
+    def _hand_over(self, stage: int, tag: int, mb: int, m: int, values: list) -> None:
+        self.local_stages[stage]._local_inbox.setdefault(tag, []).append((mb, m, values))
+
+    def _take_over(self, stage: int, tag: int, what: str, mb: int, m: int) -> list:
+        box = self._local_inbox.get(tag)
+        if not box:
+            raise PipeliningError(
+                f"stage {self.stage_index} runs the {what} of micro-batch {mb} of {m} before "
+                f"stage {stage}, on the same rank, produced it: the schedule's order on this "
+                f"rank runs a stage ahead of its own input")
+        sent_mb, sent_m, values = box.pop(0)
+        if (sent_mb, sent_m) != (mb, m):
+            raise PipeliningError(
+                f"stage {self.stage_index} runs the {what} of micro-batch {mb} of {m} but "
+                f"stage {stage} handed over micro-batch {sent_mb} of {sent_m}: every stage's "
+                f"schedule needs the same n_microbatches and the same order of micro-batches")
+        return values
 
     def _send(self, t: torch.Tensor, stage: int, tag: int) -> None:
         self._sends.append(dist.isend(t.detach().contiguous(), self._peer(stage),
@@ -196,14 +249,14 @@ class PipelineStage:
             stage, tag = self.stage_index - 1, 2 * (self.stage_index - 1)
             headers = self._known.get(tag)
             shapes = None if headers is None else [(h[0], h[1]) for h in headers]
-        elif kind == "B" and not self.is_last and mb in self._outputs:
+        elif kind in ("B", "I") and not self.is_last and mb in self._outputs:
             stage, tag = self.stage_index + 1, 2 * (self.stage_index + 1) + 1
             locals_ = [o._local_tensor if isinstance(o, DTensor) else o
                        for o in self._outputs[mb]]
             shapes = None if tag not in self._known else [(t.shape, t.dtype) for t in locals_]
         else:
             return
-        if shapes is None or (kind, mb) in self._posted_for:
+        if shapes is None or (kind, mb) in self._posted_for or stage in self.local_stages:
             return
         self._posted_for.add((kind, mb))
         device = self._device()
@@ -255,6 +308,8 @@ class PipelineStage:
 
     def _send_values(self, values: tuple, stage: int, mb: int, m: int) -> None:
         tag = 2 * self.stage_index
+        if stage in self.local_stages:
+            return self._hand_over(stage, tag, mb, m, list(values))
         self._send_header((mb, m, [_header(v) for v in values]), stage, tag)
         for v in values:
             self._send(v._local_tensor if isinstance(v, DTensor) else v, stage, tag)
@@ -263,6 +318,8 @@ class PipelineStage:
         """The values the previous stage sent for micro-batch ``mb`` of ``m``, and the
         received pieces behind them (their gradients are what goes back)."""
         tag = 2 * stage
+        if stage in self.local_stages:
+            return self._local_values(self._take_over(stage, tag, "forward", mb, m))
         headers = self._recv_header(stage, tag, "forward", mb, m)
         out, leaves = [], []
         for h in (_Header(*fields) for fields in headers):
@@ -282,14 +339,30 @@ class PipelineStage:
                                           stride=h.stride))
         return tuple(out), tuple(leaves)
 
+    def _local_values(self, values: list) -> tuple[tuple, tuple]:
+        """Values handed over by a stage of this rank, as ``_receive_values`` gives them."""
+        out, leaves = [], []
+        for v in values:
+            local = v._local_tensor if isinstance(v, DTensor) else v
+            leaf = local.detach().requires_grad_(v.requires_grad)
+            leaves.append(leaf)
+            out.append(leaf if not isinstance(v, DTensor) else DTensor.from_local(
+                leaf, self.mesh if self.mesh is not None else v.device_mesh, v.placements,
+                shape=v.shape, stride=v.stride()))
+        return tuple(out), tuple(leaves)
+
     def _receive_grads(self, outs: tuple, stage: int, mb: int, m: int) -> list[torch.Tensor]:
         tag = 2 * stage + 1
-        self._recv_header(stage, tag, "backward", mb, m)
+        handed = None
+        if stage in self.local_stages:
+            handed = self._take_over(stage, tag, "backward", mb, m)
+        else:
+            self._recv_header(stage, tag, "backward", mb, m)
         grads = []
-        for o in outs:
+        for i, o in enumerate(outs):
             local = o._local_tensor if isinstance(o, DTensor) else o
-            buf = self._recv(torch.empty(local.shape, dtype=local.dtype, device=local.device),
-                             stage, tag)
+            buf = handed[i] if handed is not None else self._recv(
+                torch.empty(local.shape, dtype=local.dtype, device=local.device), stage, tag)
             if isinstance(o, DTensor):
                 buf = DTensor.from_local(buf, o.device_mesh, o.placements, shape=o.shape,
                                          stride=o.stride())
@@ -298,6 +371,10 @@ class PipelineStage:
 
     def _send_grads(self, leaves: tuple, stage: int, mb: int, m: int) -> None:
         tag = 2 * self.stage_index + 1
+        if stage in self.local_stages:
+            return self._hand_over(stage, tag, mb, m, [
+                leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                for leaf in leaves])
         self._send_header((mb, m, None), stage, tag)
         for leaf in leaves:
             self._send(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf), stage,

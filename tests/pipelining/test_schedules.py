@@ -297,36 +297,43 @@ def test_ours_and_torchs_pipelining_give_the_same_losses_and_gradients(name, n_s
 
 def _pipelined_multi(schedule_cls, pp: int, v: int, m: int, data, lib=None):
     """Each rank's (losses of the last stage per step, its stages' weights by full name)
-    with ``v`` stages a rank (Note [virtual stages])."""
+    with ``v`` stages a rank (Note [virtual stages]; the V schedule's stages r and
+    2 * pp - 1 - r, the last stage then on rank 0)."""
     import dtensor.pipelining as ours
     lib = lib or ours
     start = _model(pp * v)
+    v_shape = schedule_cls == "ScheduleZBVZeroBubble"
+    last_rank = 0 if v_shape else pp - 1
 
     def rank():
         r = torch.distributed.get_rank()
         model = copy.deepcopy(start)
         modules = _stage_modules(model, pp * v)
-        mine = [modules[i] for i in range(r, pp * v, pp)]
+        indices = [r, 2 * pp - 1 - r] if v_shape else list(range(r, pp * v, pp))
+        mine = [modules[i] for i in indices]
         stages = [lib.PipelineStage(mod, i, pp * v, torch.device("cpu"))
-                  for mod, i in zip(mine, range(r, pp * v, pp))]
+                  for mod, i in zip(mine, indices)]
         schedule = getattr(lib, schedule_cls)(stages, m, loss_fn=_loss)
         params = [p for mod in mine for p in mod.parameters()]
         opt = torch.optim.SGD(params, lr=0.1)
         losses = []
         for x, y in data:
             got: list = []
-            kwargs = {"target": y, "losses": got} if r == pp - 1 else {}
+            kwargs = {"target": y, "losses": got} if r == last_rank else {}
             schedule.step(x, **kwargs) if r == 0 else schedule.step(**kwargs)
             opt.step()
             opt.zero_grad()
             losses.append([float(t.detach()) for t in got])
         names = {id(p): n for n, p in model.named_parameters()}
-        return r == pp - 1, losses, {names[id(p)]: p.detach().clone() for p in params}
+        return r == last_rank, losses, {names[id(p)]: p.detach().clone() for p in params}
 
     return simpg.run(rank, pp)
 
 
-@pytest.mark.parametrize("schedule_cls", ["ScheduleLoopedBFS", "ScheduleInterleaved1F1B"])
+MULTI = ["ScheduleLoopedBFS", "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble"]
+
+
+@pytest.mark.parametrize("schedule_cls", MULTI)
 @pytest.mark.parametrize("pp, v, m, batch", [(2, 2, 2, 4), (2, 2, 4, 8), (2, 3, 4, 8),
                                              (4, 2, 4, 8), (4, 2, 8, 16), (2, 1, 2, 4),
                                              (2, 4, 4, 8), (8, 2, 8, 16)])
@@ -336,8 +343,19 @@ def test_virtual_stages_train_like_one_device(schedule_cls, pp, v, m, batch):
     _check_pipelined(_pipelined_multi(schedule_cls, pp, v, m, data), want_losses, want)
 
 
+@pytest.mark.parametrize("pp, m, batch", [(2, 4, 8), (2, 3, 6), (2, 5, 11), (2, 1, 2),
+                                          (4, 8, 16), (4, 4, 8), (4, 2, 4), (8, 16, 32)])
+def test_the_zero_bubble_v_trains_like_one_device(pp, m, batch):
+    """Stages r and 2 * pp - 1 - r on rank r (Note [zero bubble]): stages pp - 1 and pp hand
+    over in memory, the first and last share rank 0; fewer micro-batches than a full V too."""
+    data = _data(2, batch)
+    want_losses, want = _one_device(_model(2 * pp), data, m)
+    _check_pipelined(_pipelined_multi("ScheduleZBVZeroBubble", pp, 2, m, data), want_losses,
+                     want)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("schedule_cls", ["ScheduleLoopedBFS", "ScheduleInterleaved1F1B"])
+@pytest.mark.parametrize("schedule_cls", MULTI + ["ScheduleZBVZeroBubble"])
 @pytest.mark.parametrize("pp, v, m, batch", [(2, 2, 4, 8), (4, 2, 8, 16)])
 def test_virtual_stages_match_torchs_schedules(schedule_cls, pp, v, m, batch):
     import torch.distributed.pipelining as torch_pp
