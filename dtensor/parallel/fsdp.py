@@ -80,7 +80,7 @@ from dtensor.layout import box_shape, check_layout, local_box
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
 from dtensor.parallel.fsdp_comm import GradPiece, PendingGather, Pieces, pieces_of
-from dtensor.parallel.fsdp_hooks import Run, after_forward, before_forward
+from dtensor.parallel.fsdp_hooks import Run, after_forward, before_forward, reduce_accumulated
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.placements import Partial, Placement, PlacementError, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
@@ -169,6 +169,17 @@ class FSDPModule:
             if state is not None:
                 state.requires_gradient_sync = requires_gradient_sync
 
+    def reduce_accumulated_gradients(self, *, recurse: bool = True) -> None:
+        """Reduce over dp, now, the gradients the backwards summed while gradient sync was
+        off, into each parameter's ``.grad`` (what the next backward with sync on would do at
+        its end); with ``recurse``, for every data-parallel module inside this one too. For a
+        caller whose backward runs in pieces (the zero-bubble pipeline schedules run each in
+        an input and a weight half: Note [zero bubble] in dtensor/pipelining/schedules.py)."""
+        assert isinstance(self, nn.Module)
+        for module in (self.modules() if recurse else [self]):
+            state = data_parallel_state(module)
+            if state is not None:
+                reduce_accumulated(state)
 
     def set_modules_to_forward_prefetch(self, modules: list[FSDPModule]) -> None:
         """Issue the gathers of ``modules`` right after this module's own, before its forward

@@ -175,6 +175,25 @@ class _GatherModule(torch.autograd.Function):
         return out
 
 
+def reduce_accumulated(state: _State) -> None:
+    """Reduce the gradients summed while gradient sync was off (Note [gradient accumulation])
+    now, into ``param.grad``: what the last backward with sync on does at its end, for a
+    caller whose backwards ran in pieces that never reach ``_GatherModule``'s backward with
+    sync on (the zero-bubble pipeline schedules' weight halves: Note [zero bubble] in
+    dtensor/pipelining/schedules.py). Every graph of the step is done: none is open."""
+    state.open_graphs = 0
+    pieces = [m.accumulated for m in state.params]
+    for m in state.params:
+        m.accumulated = None
+    if all(p is None for p in pieces):
+        return
+    with torch.no_grad():
+        run = Run()
+        run.reducing = (state, issue_reduce_scatter(state.params, pieces,
+                                                    state.mp.reduce_dtype))
+        _settle(run)
+
+
 def _accumulates(state: _State) -> bool:
     """Whether this forward's gradients will be summed over micro-batches."""
     return torch.is_grad_enabled() and (not state.requires_gradient_sync or any(

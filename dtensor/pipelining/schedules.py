@@ -35,9 +35,12 @@ ZB1P order (a warm-up one forward shorter per hop than interleaved 1F1B's; rank 
 weight halves back). The V puts stages r and 2 * pp - 1 - r on rank r: a micro-batch goes
 down the ranks and back up, stages pp - 1 and pp share a rank (Note [stages on one rank] in
 stage.py), and the first and last stages share rank 0; its order is torch's ZB-V, planned
-for at least 2 * pp - 1 micro-batches and cut to the real count. Neither takes fully_shard
-stages yet: the gathered parameters and the gradient sync of a fully sharded module follow
-one whole backward per micro-batch.
+for at least 2 * pp - 1 micro-batches and cut to the real count. A fully sharded stage's
+halves never reach the end of a whole backward, where fully_shard reduce-scatters: so every
+half runs with gradient sync off (the gradients summed in the gathered layout, Note
+[gradient accumulation] in dtensor/parallel/fsdp_hooks.py) and the stage reduce-scatters the
+sum once after the step's last half (``reduce_accumulated_gradients``), as torch's schedules
+call FSDP2's post-backward by hand.
 
 Note [schedule order]
 A schedule is the order of one stage's forward and backward micro-batches. GPipe: every
@@ -107,12 +110,13 @@ class _Schedule:
         final = {}  # Note [one reduce-scatter per step]: each stage's last forward / backward
         for at, (kind, k, _) in enumerate(order):
             final[(kind, k)] = at
+        split = any(kind == "I" for kind, _, _ in order)  # Note [zero bubble]: sync off
         outputs: dict[int, tuple] = {}
         mb_losses: dict[int, torch.Tensor] = {}  # until its backward
         seen: dict[int, torch.Tensor] = {}
         for at, (kind, k, mb) in enumerate(order):
             stage = self._stages[k]
-            stage.sync_gradients(final[(kind, k)] == at)
+            stage.sync_gradients(not split and final[(kind, k)] == at)
             if kind == "F":
                 outs = stage.forward_one(mb, arg_pieces[mb], kwarg_pieces[mb], m)
                 if stage.is_last:
@@ -133,6 +137,8 @@ class _Schedule:
             for next_kind, next_k, next_mb in order[at + 1:at + 1 + LOOKAHEAD]:
                 self._stages[next_k].post_receives(next_kind, next_mb, m)  # early: static
         for stage in self._stages:
+            if split:
+                stage.reduce_accumulated_gradients()
             stage.sync_gradients(True)
             stage.wait_sends()
             if training and self._scale_grads:
@@ -185,9 +191,12 @@ ZB1P order (a warm-up one forward shorter per hop than interleaved 1F1B's; rank 
 weight halves back). The V puts stages r and 2 * pp - 1 - r on rank r: a micro-batch goes
 down the ranks and back up, stages pp - 1 and pp share a rank (Note [stages on one rank] in
 stage.py), and the first and last stages share rank 0; its order is torch's ZB-V, planned
-for at least 2 * pp - 1 micro-batches and cut to the real count. Neither takes fully_shard
-stages yet: the gathered parameters and the gradient sync of a fully sharded module follow
-one whole backward per micro-batch.
+for at least 2 * pp - 1 micro-batches and cut to the real count. A fully sharded stage's
+halves never reach the end of a whole backward, where fully_shard reduce-scatters: so every
+half runs with gradient sync off (the gradients summed in the gathered layout, Note
+[gradient accumulation] in dtensor/parallel/fsdp_hooks.py) and the stage reduce-scatters the
+sum once after the step's last half (``reduce_accumulated_gradients``), as torch's schedules
+call FSDP2's post-backward by hand.
 
 Note [schedule order])."""
 
@@ -257,28 +266,8 @@ class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
     backward per step, each rank's weight backwards held back by its rank and run in the
     cool-down's waits."""
 
-    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
-                 loss_fn: LossFn | None = None, args_chunk_spec: Any = None,
-                 kwargs_chunk_spec: Any = None, output_merge_spec: Any = None,
-                 scale_grads: bool = True) -> None:
-        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
-                         output_merge_spec, scale_grads)
-        _refuse_fully_sharded(self)
-
     def _order(self, m: int) -> list[tuple[str, int, int]]:
         return _interleaved(self, m, zero_bubble=True)
-
-
-def _refuse_fully_sharded(schedule: _Schedule) -> None:
-    """Zero-bubble schedules take no fully_shard stage yet (Note [zero bubble])."""
-    for st in schedule._stages:
-        if any(hasattr(mod, "set_requires_gradient_sync") for mod in st.submod.modules()):
-            raise PipeliningError(
-                f"{type(schedule).__name__}: stage {st.stage_index} is fully_shard-ed, and "
-                f"splitting its backward into input and weight halves is not supported for "
-                f"fully sharded modules yet (their gathered parameters and gradient sync "
-                f"follow one backward per micro-batch): use ScheduleInterleaved1F1B or "
-                f"Schedule1F1B for fully sharded stages")
 
 
 def _interleaved(schedule: PipelineScheduleMulti, m: int, zero_bubble: bool
@@ -352,7 +341,6 @@ class ScheduleZBVZeroBubble(PipelineScheduleMulti):
             st.stage_to_rank = lambda i, pp=pp: i if i < pp else 2 * pp - 1 - i
         super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
                          output_merge_spec, scale_grads)
-        _refuse_fully_sharded(self)
 
     def _placement(self, rank: int, pp: int, n: int) -> tuple[list[int], str]:
         return [rank, n - 1 - rank], f"the V: stages r and {n - 1} - r on rank r, of {n}"

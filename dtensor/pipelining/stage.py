@@ -184,6 +184,18 @@ class PipelineStage:
         if setter is not None:
             setter(sync)
 
+    def reduce_accumulated_gradients(self) -> None:
+        """Where the module is data parallel, reduce over dp the gradients its backwards
+        summed with sync off (Note [zero bubble] in schedules.py)."""
+        reduce = getattr(self.submod, "reduce_accumulated_gradients", None)
+        if reduce is not None:
+            reduce()
+        else:  # a plain container of fully sharded modules
+            for mod in self.submod.modules():
+                inner = getattr(mod, "reduce_accumulated_gradients", None)
+                if inner is not None:
+                    inner(recurse=False)
+
     def scale_grads(self, factor: int) -> None:
         """Divide the module's gradients by ``factor`` (the micro-batch count)."""
         with torch.no_grad():

@@ -143,7 +143,55 @@ def test_tensor_parallel_stages_train_like_one_device(schedule_cls):
     assert seen == set(want)
 
 
-def test_misplaced_or_fully_sharded_stages_are_refused():
+@pytest.mark.parametrize("schedule_cls", [ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble])
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
+    """pp x dp, two fully sharded stages a rank: every half with gradient sync off, one
+    reduce-scatter per module per step (Note [zero bubble])."""
+    from tests.pipelining.test_schedules import _one_device_dp
+    data = _data(2, 16)
+    start = _model(8)
+    _, want = _one_device_dp(copy.deepcopy(start), data, m=m, dp=2)
+    v_shape = schedule_cls is ScheduleZBVZeroBubble
+
+    def rank():
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+        r, d = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+        model = copy.deepcopy(start)
+        modules = _stage_modules(model, 4)
+        indices = [r, 3 - r] if v_shape else [r, r + 2]
+        mine = [modules[i] for i in indices]
+        for mod in mine:
+            for block in mod:
+                fully_shard(block, mesh["dp"])
+            fully_shard(mod, mesh["dp"])
+        stages = [PipelineStage(mod, i, 4, group=mesh.get_group("pp"))
+                  for mod, i in zip(mine, indices)]
+        schedule = schedule_cls(stages, m, loss_fn=_loss)
+        params = [p for mod in mine for p in mod.parameters()]
+        opt = torch.optim.SGD(params, lr=0.1)
+        for x, y in data:
+            x, y = x.chunk(2)[d], y.chunk(2)[d]
+            kwargs = {"target": y} if 3 in indices else {}
+            schedule.step(x, **kwargs) if 0 in indices else schedule.step(**kwargs)
+            opt.step()
+            opt.zero_grad()
+        names = {id(p): n for n, p in model.named_parameters()}
+        return {names[id(p)]: p.full_tensor().detach() for p in params}
+
+    with simpg.trace() as t:
+        results = simpg.run(rank, 4)
+    seen = set()
+    for weights in results:
+        for name, w in weights.items():
+            torch.testing.assert_close(w, want[name], msg=name)
+            seen.add(name)
+    assert seen == set(want)
+    # 2 steps x 4 stages x 2 blocks with parameters, one dp group's collective each
+    assert len([r for r in t.records if r.op.startswith("reduce_scatter")]) == 2 * 4 * 2
+
+
+def test_misplaced_stages_are_refused():
     def rank():
         r = torch.distributed.get_rank()
         loop = [PipelineStage(nn.Linear(2, 2), i, 4) for i in (r, r + 2)]
@@ -152,10 +200,6 @@ def test_misplaced_or_fully_sharded_stages_are_refused():
             ScheduleZBVZeroBubble(loop, 2)
         with pytest.raises(PipeliningError, match="exactly 2 stages a rank, got 1"):
             ScheduleZBVZeroBubble(loop[:1], 2)
-        mesh = init_device_mesh("cpu", (2,))
-        sharded = [PipelineStage(fully_shard(nn.Linear(2, 2), mesh), i, 4) for i in (r, 3 - r)]
-        with pytest.raises(PipeliningError, match="stage %d is fully_shard-ed" % r):
-            ScheduleZBVZeroBubble(sharded, 2)
         stage = PipelineStage(nn.Linear(2, 2), r, 2)
         with pytest.raises(PipeliningError, match="weight backward of micro-batch 0 comes "
                                                   "before its input backward"):
