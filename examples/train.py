@@ -84,7 +84,8 @@ from dtensor import DTensor
 from dtensor.experimental import context_parallel, get_rotate_method, set_rotate_method
 from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, loss_parallel,
                               parallelize_module, replicate, state_bytes)
-from dtensor.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from dtensor.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                ScheduleInterleavedZeroBubble)
 from examples.models import llama
 from examples.models.meta_init import meta_build
 from examples.train_report import WEIGHT_TOLERANCE
@@ -93,7 +94,9 @@ from simpg.steprecorder import record_step
 # the dims of a --mesh of 2, 3 or 4 numbers
 MESH_DIM_NAMES = {2: ("dp", "tp"), 3: ("dp", "cp", "tp"), 4: ("rep", "shard", "cp", "tp")}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PP_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+PP_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
+                # one stage a rank: ZB1P's order, each backward in an input and a weight half
+                "zb": lambda stage, m, **kw: ScheduleInterleavedZeroBubble([stage], m, **kw)}
 # Note [bf16 reference]: the default --tolerance per compute dtype
 TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-3}
 
@@ -127,7 +130,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pipeline stages: a pp dim of N in front of --mesh (N x its ranks; "
                    "Note [pipeline stages]); at most the model's blocks")
     p.add_argument("--pp-schedule", choices=sorted(PP_SCHEDULES), default="1f1b",
-                   help="the pipeline schedule (default 1f1b); --accumulate micro-batches")
+                   help="the pipeline schedule (default 1f1b; zb: zero-bubble, backwards "
+                   "split into input and weight halves, no checkpointed blocks); "
+                   "--accumulate micro-batches")
     p.add_argument("--model", default="tiny", choices=sorted(llama.PRESETS))
     p.add_argument("--n-heads", type=int, help="override the preset's heads (and kv heads)")
     p.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
@@ -196,8 +201,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.dtype = "bfloat16" if whole_stack and args.dp == "fsdp" else "float32"
     if args.accumulate is None:
         args.accumulate = 2 if whole_stack else 1
-    if args.checkpoint_activations is None:
-        args.checkpoint_activations = whole_stack
+    if args.checkpoint_activations is None:  # zb: Note [zero bubble] in dtensor.pipelining
+        args.checkpoint_activations = whole_stack and args.pp_schedule != "zb"
     if args.tolerance is None:
         args.tolerance = TOLERANCE[args.dtype]
     _check_args(p, args)
@@ -209,6 +214,12 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not 1 <= args.pp <= blocks:
         p.error(f"--pp {args.pp} with --model {args.model} ({blocks} blocks): expected 1 to "
                 f"{blocks} stages, each at least one block (--model small has 4)")
+    if args.pp > 1 and args.pp_schedule == "zb" and args.checkpoint_activations \
+            and args.dp == "fsdp":
+        p.error("--pp-schedule zb with --checkpoint-activations over fsdp: a checkpointed "
+                "block of a fully sharded stage cannot be recomputed in a weight half yet "
+                "(Note [zero bubble] in dtensor/pipelining/schedules.py); pass "
+                "--no-checkpoint-activations")
     if args.pp > 1 and args.dp == "replicate":
         p.error("--pp with --dp replicate: a pipeline stage is fully sharded (--dp fsdp) or "
                 "not data parallel (--dp none)")

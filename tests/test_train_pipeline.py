@@ -22,7 +22,8 @@ QUICK = ["--seq", "8", "--quiet", "--trace-file", ""]
     ["--pp", "2", "--mesh", "2x1", "--accumulate", "2", "--pp-schedule", "gpipe"],
     ["--pp", "2", "--mesh", "1x2x1", "--accumulate", "3", "--batch", "3"],  # pp x cp, 3 mbs
     ["--pp", "2", "--mesh", "2x1x2"],  # pp x dp x tp: the whole stack, bf16
-], ids=["pp+tp", "pp+fsdp-gpipe", "pp+cp-checkpointed", "pp+fsdp+tp-bf16"])
+    ["--pp", "2", "--mesh", "2x2x2", "--pp-schedule", "zb"],  # zero bubble, pp x dp x cp x tp
+], ids=["pp+tp", "pp+fsdp-gpipe", "pp+cp-checkpointed", "pp+fsdp+tp-bf16", "zb-whole-stack"])
 def test_pipelined_stages_train_like_one_device(argv, capsys):
     assert train.main(argv + ["--steps", "2"] + QUICK) == 0, capsys.readouterr().out
 
@@ -86,6 +87,8 @@ def test_training_resumed_across_layouts_goes_on_like_one_device(tmp_path, capsy
 @pytest.mark.parametrize("argv, message", [
     (["--pp", "3"], r"--pp 3 with --model tiny \(2 blocks\): expected 1 to 2 stages"),
     (["--pp", "2", "--mesh", "2x2", "--dp", "replicate"], "a pipeline stage is fully sharded"),
+    (["--pp", "2", "--mesh", "2x1x2", "--pp-schedule", "zb", "--checkpoint-activations"],
+     "a checkpointed block of a fully sharded stage cannot be recomputed in a weight half"),
 ])
 def test_pipeline_arguments_that_cannot_work_are_refused(capsys, argv, message):
     import re

@@ -40,7 +40,11 @@ halves never reach the end of a whole backward, where fully_shard reduce-scatter
 half runs with gradient sync off (the gradients summed in the gathered layout, Note
 [gradient accumulation] in dtensor/parallel/fsdp_hooks.py) and the stage reduce-scatters the
 sum once after the step's last half (``reduce_accumulated_gradients``), as torch's schedules
-call FSDP2's post-backward by hand.
+call FSDP2's post-backward by hand. Not yet: activation checkpointing inside a fully sharded
+stage. Each half is its own backward, so a checkpointed region is recomputed again in the
+weight half, where fully_shard is no longer in its backward and runs the recomputation as a
+forward (torch's checkpoint then sees other tensors saved: a ``PipeliningError`` says so). A
+plain stage's checkpointed regions are exact, recomputed once per half that reads them.
 
 Note [schedule order]
 A schedule is the order of one stage's forward and backward micro-batches. GPipe: every
@@ -196,7 +200,11 @@ halves never reach the end of a whole backward, where fully_shard reduce-scatter
 half runs with gradient sync off (the gradients summed in the gathered layout, Note
 [gradient accumulation] in dtensor/parallel/fsdp_hooks.py) and the stage reduce-scatters the
 sum once after the step's last half (``reduce_accumulated_gradients``), as torch's schedules
-call FSDP2's post-backward by hand.
+call FSDP2's post-backward by hand. Not yet: activation checkpointing inside a fully sharded
+stage. Each half is its own backward, so a checkpointed region is recomputed again in the
+weight half, where fully_shard is no longer in its backward and runs the recomputation as a
+forward (torch's checkpoint then sees other tensors saved: a ``PipeliningError`` says so). A
+plain stage's checkpointed regions are exact, recomputed once per half that reads them.
 
 Note [schedule order])."""
 

@@ -18,11 +18,14 @@ of the gradient in the forward's placements).
 
 from __future__ import annotations
 
+import os
 import pickle
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.utils.checkpoint
 import torch.distributed as dist
 from torch import nn
 
@@ -175,7 +178,20 @@ class PipelineStage:
             raise PipeliningError(f"stage {self.stage_index}: the weight backward of "
                                   f"micro-batch {mb} comes before its input backward")
         with doing(self._action("backward (weights)", mb, n_microbatches)):
-            half.run()
+            try:
+                half.run()
+            except Exception as e:
+                if not (_recomputing(e) and any(hasattr(mod, "reduce_accumulated_gradients")
+                                                for mod in self.submod.modules())):
+                    raise
+                raise PipeliningError(
+                    f"stage {self.stage_index}: a checkpointed region of a fully sharded "
+                    f"module was recomputed in the weight half of micro-batch {mb}'s "
+                    f"backward, outside fully_shard's backward, so it did not recompute as "
+                    f"its forward ran: activation checkpointing inside fully sharded stages "
+                    f"is not supported by the zero-bubble schedules yet (Note [zero bubble] "
+                    f"in schedules.py); checkpoint outside fully_shard, or use Schedule1F1B"
+                ) from e
 
     def sync_gradients(self, sync: bool) -> None:
         """Whether the next forward or backward reduces gradients over dp, where the module
@@ -397,6 +413,16 @@ class PipelineStage:
         if p is None:
             return torch.device("cpu")
         return (p._local_tensor if isinstance(p, DTensor) else p).device
+
+
+def _recomputing(error: BaseException) -> bool:
+    """Whether ``error`` was raised while torch's checkpoint recomputed a region."""
+    return isinstance(error, torch.utils.checkpoint.CheckpointError) or any(
+        frame.f_code.co_filename.endswith(_CHECKPOINT_FILE)
+        for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
+_CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def _header(v: torch.Tensor) -> tuple:

@@ -191,6 +191,53 @@ def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
     assert len([r for r in t.records if r.op.startswith("reduce_scatter")]) == 2 * 4 * 2
 
 
+class Checkpointed(nn.Module):
+    """``inner``'s forward in a checkpointed region (the main job checkpoints its fully
+    sharded blocks this way)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+
+def test_checkpointed_regions_are_exact_in_plain_stages_and_refused_in_fully_sharded_ones():
+    """Note [zero bubble]: a plain stage's checkpointed region is recomputed once per half
+    that reads it, exactly; inside fully_shard the weight half's recomputation cannot match
+    the forward yet, which is a PipeliningError naming the stage, not torch's bare
+    CheckpointError."""
+    torch.manual_seed(0)
+    mod = Checkpointed(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)))
+    x, g = torch.randn(3, 4), torch.randn(3, 4)
+    ref = copy.deepcopy(mod)
+    ref(x.clone().requires_grad_()).backward(g)
+    leaf = x.clone().requires_grad_()
+    backward_input([mod(leaf)], [g], [leaf]).run()
+    for p, q in zip(mod.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+    def rank():
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+        r = mesh.get_local_rank("pp")
+        mine = []
+        for _ in range(2):  # as the main job: checkpointed fully sharded blocks, a sharded root
+            blocks = [Checkpointed(fully_shard(nn.Sequential(nn.Linear(4, 4), nn.Tanh(),
+                                                             nn.Linear(4, 4)), mesh["dp"]))
+                      for _ in range(2)]
+            mine.append(fully_shard(nn.Sequential(*blocks), mesh["dp"]))
+        stages = [PipelineStage(mod, i, 4, group=mesh.get_group("pp"))
+                  for mod, i in zip(mine, (r, 3 - r))]
+        schedule = ScheduleZBVZeroBubble(stages, 2, loss_fn=_loss)
+        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        schedule.step(x, target=y) if r == 0 else schedule.step()
+
+    with pytest.raises(PipeliningError, match="a checkpointed region of a fully sharded "
+                                              "module was recomputed in the weight half"):
+        simpg.run(rank, 4, timeout=60)
+
+
 def test_misplaced_stages_are_refused():
     def rank():
         r = torch.distributed.get_rank()
