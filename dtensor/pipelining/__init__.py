@@ -2,14 +2,16 @@
 dim, micro-batches flowing through a schedule, each stage free to be tensor-parallel or
 fully sharded on its own sub-mesh (torch.distributed.pipelining's names: ``PipelineStage``,
 ``ScheduleGPipe``, ``Schedule1F1B``, ``ScheduleLoopedBFS``, ``ScheduleInterleaved1F1B``,
-``ScheduleInterleavedZeroBubble``, ``ScheduleZBVZeroBubble``)."""
+``ScheduleInterleavedZeroBubble``, ``ScheduleZBVZeroBubble``; the tracer front end
+``pipeline(module, mb_args, split_spec=...)``, ``SplitPoint``, ``Pipe``)."""
 
 from dtensor.pipelining.schedules import (PipelineScheduleMulti, PipelineScheduleSingle,
                                          Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
                                          ScheduleInterleavedZeroBubble, ScheduleLoopedBFS,
                                          ScheduleZBVZeroBubble)
 from dtensor.pipelining.stage import PipelineStage, PipeliningError
+from dtensor.pipelining.tracer import Pipe, SplitPoint, pipeline
 
-__all__ = ["PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage",
+__all__ = ["Pipe", "SplitPoint", "pipeline", "PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage",
            "PipeliningError", "Schedule1F1B", "ScheduleGPipe", "ScheduleInterleaved1F1B",
            "ScheduleInterleavedZeroBubble", "ScheduleLoopedBFS", "ScheduleZBVZeroBubble"]

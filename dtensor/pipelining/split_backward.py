@@ -124,7 +124,9 @@ def backward_input(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor
     finally:
         for h in hooks:
             h.remove()
-    weight_heads = [(o, g) for o, g, h in zip(outs, out_grads, heads) if h not in to_input]
+    # an output that is a leaf itself (a value passed through the stage) has no weights
+    weight_heads = [(o, g) for o, g, h in zip(outs, out_grads, heads)
+                    if h is not None and h not in to_input]
     if shared:
         unique = list({e: None for _, edges in junctions for e in edges})
         return WeightBackward([], weight_heads, start_over=(outs, out_grads), edges=unique)
