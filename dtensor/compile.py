@@ -37,6 +37,29 @@ from dtensor.placements import Partial, Replicate, Shard
 from dtensor.spec import DTensorSpec
 
 
+def one_cut_on_every_rank() -> None:
+    """Note [one cut on every rank]
+    AOTAutograd's partitioner chooses what the forward saves by the saved tensors' sizes, and
+    an uneven layout gives each rank other sizes (an empty piece on one rank, a full one on
+    the next). A collective of a backward formula that needs no gradient (aminmax's count of
+    ties: a reduce-scatter) is computed in the forward and saved, on every rank; but where
+    its output is read only through a view (the rank's piece of it), the partitioner may
+    save the view instead, and on a rank whose piece is empty the view is the cheaper one:
+    that rank saved it, and the collective stayed in its backward graph as well, issued a
+    second time (seen: the compiled backwards of aminmax, native_group_norm and
+    max_unpool2d re-issued a reduce-scatter on one rank only: a mismatch on simpg, a hang on
+    NCCL). With views recomputed from their bases (``recompute_views``), the collective's
+    own output is what every rank saves, whatever its piece sizes. Set as a compile's tracer
+    meets a DTensor (its flatten): a value set before the compile did not reach the
+    partitioner (measured), one set here does. torch's own answer, a vote on the cut
+    (``_sync_decision_cross_ranks``), needs graphs of one structure on every rank, a world
+    collective inside each compile, and every rank compiling at once (no pipeline stage
+    compiles alone)."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.recompute_views = True
+
+
 def binding(mesh: DeviceMesh) -> tuple:
     """What a graph traced on ``mesh`` bakes in beyond the mesh's description: this rank's
     coordinate and the names of its groups (Note [tracing DTensors]). Cached on the mesh.

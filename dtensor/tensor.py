@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import sys
 from typing import Any, Sequence
 
 import torch
@@ -93,6 +94,9 @@ class DTensor(torch.Tensor):
     def __tensor_flatten__(self) -> tuple[list[str], tuple]:
         # the binding is part of the guard: a graph bakes in this rank's groups and pieces
         _autograd.local_piece(self)  # a piece in flight is finished and put in place first
+        guards = sys.modules.get("torch._guards")  # loaded with dynamo, never before a compile
+        if guards is not None and guards.TracingContext.try_get() is not None:
+            _compile.one_cut_on_every_rank()  # a compile is tracing this DTensor
         return ["_local_tensor"], (self._spec, _compile.binding(self._spec.mesh),
                                    self.requires_grad)
 

@@ -118,6 +118,25 @@ def test_backward_matches_eager(backend: str) -> None:
     torch.testing.assert_close(results[1], results[0])
 
 
+@pytest.mark.world(2, timeout=COMPILE_S)
+def test_an_uneven_layouts_compiled_backward_is_one_program_on_every_rank() -> None:
+    """Note [one cut on every rank]: aminmax's backward counts the ties with a reduce-scatter
+    whose pieces are one element on rank 0 and none on rank 1; the partitioner once saved
+    the empty piece on rank 1 and issued the reduce-scatter there a second time (simpg's
+    mismatch; a hang on NCCL). Every rank now issues the same collectives."""
+    mesh = init_device_mesh("cpu", (2,))
+    torch.manual_seed(0)
+    full = torch.randn(5, 5, 5)
+    grads = []
+    for f in (torch.aminmax, _compile(torch.aminmax, "aot_eager")):
+        x = distribute_tensor(full, mesh, [Shard(0)]).requires_grad_()
+        low, high = f(x)
+        torch.autograd.backward([low, high], [torch.ones_like(low), torch.ones_like(high)])
+        grads.append(x.grad.full_tensor())
+    torch.testing.assert_close(grads[1], grads[0])
+    assert grads[0].sum() == 2  # one minimum and one maximum
+
+
 @pytest.mark.world(4, timeout=COMPILE_S)
 def test_two_d_mesh_all_to_all_and_backward() -> None:
     # uneven pieces of a 7 x 5 tensor on a 2 x 2 mesh; (S(0), S(1)) -> (S(1), S(0)) is an
