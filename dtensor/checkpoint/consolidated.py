@@ -43,7 +43,7 @@ from dtensor.checkpoint.errors import (CheckpointError, CorruptCheckpointError, 
                                        StateMismatchError, UnsupportedValueError)
 from dtensor.checkpoint.loading import _fill_tensor, read_metadata
 from dtensor.checkpoint.pieces import view_of
-from dtensor.checkpoint.saving import keys_differ
+from dtensor.checkpoint.saving import _Comm, keys_differ
 from dtensor.checkpoint.storage import ST_DTYPES, dtype_from_name, dtype_name
 from dtensor.checkpoint.stores import store_for
 from dtensor.checkpoint.tree import fill, flatten
@@ -58,7 +58,9 @@ def export_safetensors(source: dict | str | os.PathLike, path: str | os.PathLike
                        max_shard_bytes: int | None = None, process_group: Any = None
                        ) -> list[str]:
     """Write ``source`` (a checkpoint path, read on this process alone; or a state of
-    DTensors and tensors, called by every rank: each DTensor is gathered, rank 0 writes) as
+    DTensors and tensors, called by every rank: each DTensor is gathered, rank 0 writes;
+    ranks may hold different keys, as pipeline stages do: Note [a live export across
+    stages]) as
     whole tensors named by their state keys to the file ``path``; with ``max_shard_bytes``,
     into the folder ``path`` as files of at most that size (one tensor at least), named
     ``model-00001-of-0000N.safetensors``, and their ``INDEX``. Values other than tensors are
@@ -69,9 +71,7 @@ def export_safetensors(source: dict | str | os.PathLike, path: str | os.PathLike
         else 0
     if isinstance(source, dict):
         tensors, _ = flatten(source)
-        _same_keys_everywhere(tensors, process_group)
-        specs = {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()}
-        get = _live_getter(tensors)
+        specs, get = _live_source(tensors, process_group)
     else:
         if rank != 0:
             return []  # a checkpoint needs no other rank: rank 0 reads and writes it all
@@ -123,15 +123,48 @@ def _split(keys: list[str], specs: dict, limit: int | None) -> list[list[str]]:
     return groups
 
 
-def _same_keys_everywhere(tensors: dict[str, torch.Tensor], group: Any) -> None:
-    """A live state is gathered key by key onto rank 0, so every rank must hold every key;
-    pipeline stages do not (Note [different keys per rank] in saving.py), and rank 0 would
-    write only its own. Refused on every rank alike (one all-gather of a digest)."""
-    if keys_differ(group, sorted(tensors)):
-        raise UnsupportedValueError(
-            "export_safetensors of a live state: the ranks hold different keys (pipeline "
-            "stages?), so rank 0 cannot gather them all: save it with "
-            "dtensor.checkpoint.save and export from that path")
+def _live_source(tensors: dict[str, torch.Tensor], group: Any):
+    """The specs of every key of a live state and the getter of its whole value on rank 0.
+
+    Note [a live export across stages]
+    Where every rank holds every key, each value is gathered (a DTensor's ``full_tensor``,
+    every rank, keys in one order). Pipeline stages hold different keys (Note [different
+    keys per rank] in saving.py): the ranks then share their keys' shapes and dtypes (one
+    all-gather), and each key, in sorted order, is gathered by the ranks that hold it (its
+    DTensor's mesh) and sent by the lowest of them to rank 0, which writes it. Every rank
+    walks the keys in the same order and only rank 0 receives, so no rank waits on one that
+    waits on it."""
+    comm = _Comm(group)
+    if not keys_differ(comm, sorted(tensors)):
+        return {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()}, \
+            _live_getter(tensors)
+    mine = sorted((k, (tuple(t.shape), t.dtype)) for k, t in tensors.items())
+    specs: dict[str, tuple] = {}
+    holders: dict[str, list[int]] = {}
+    for rank, items in enumerate(comm.all_gather(mine)):
+        for key, spec in items:
+            if specs.setdefault(key, spec) != spec:
+                raise StateMismatchError(
+                    f"export_safetensors: {key!r} is {specs[key]} on rank {holders[key][0]} "
+                    f"and {spec} on rank {rank}: expected one shape and dtype for a key")
+            holders.setdefault(key, []).append(rank)
+    whole = _live_getter(tensors)
+    device = next((t.device for t in tensors.values()), torch.device("cpu"))
+
+    def get(key: str) -> torch.Tensor | None:
+        first = holders[key][0]
+        value = whole(key) if key in tensors else None  # the holders gather it together
+        if first == 0 or comm.rank not in (0, first):
+            return value if comm.rank == 0 else None
+        if comm.rank == first:
+            dist.send(value.contiguous(), dst=comm.global_rank(0), group=group)
+            return None
+        shape, dtype = specs[key]
+        out = torch.empty(shape, dtype=dtype, device=device)
+        dist.recv(out, src=comm.global_rank(first), group=group)
+        return out
+
+    return specs, get
 
 
 def _live_getter(tensors: dict[str, torch.Tensor]):
