@@ -186,27 +186,7 @@ class PipelineScheduleSingle(_Schedule):
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
-    """Every micro-batch's forward, then every backward (Note [zero bubble]
-``ScheduleInterleavedZeroBubble`` and ``ScheduleZBVZeroBubble`` run each backward in two
-halves (Note [input and weight backward] in split_backward.py): ``"I"``, the inputs'
-gradients, sent back at once, and ``"W"``, the weights', which nothing downstream waits for,
-so a schedule places them where a rank would otherwise wait. The interleaved one is torch's
-ZB1P order (a warm-up one forward shorter per hop than interleaved 1F1B's; rank r holds r
-weight halves back). The V puts stages r and 2 * pp - 1 - r on rank r: a micro-batch goes
-down the ranks and back up, stages pp - 1 and pp share a rank (Note [stages on one rank] in
-stage.py), and the first and last stages share rank 0; its order is torch's ZB-V, planned
-for at least 2 * pp - 1 micro-batches and cut to the real count. A fully sharded stage's
-halves never reach the end of a whole backward, where fully_shard reduce-scatters: so every
-half runs with gradient sync off (the gradients summed in the gathered layout, Note
-[gradient accumulation] in dtensor/parallel/fsdp_hooks.py) and the stage reduce-scatters the
-sum once after the step's last half (``reduce_accumulated_gradients``), as torch's schedules
-call FSDP2's post-backward by hand. Not yet: activation checkpointing inside a fully sharded
-stage. Each half is its own backward, so a checkpointed region is recomputed again in the
-weight half, where fully_shard is no longer in its backward and runs the recomputation as a
-forward (torch's checkpoint then sees other tensors saved: a ``PipeliningError`` says so). A
-plain stage's checkpointed regions are exact, recomputed once per half that reads them.
-
-Note [schedule order])."""
+    """Every micro-batch's forward, then every backward (Note [schedule order])."""
 
     def _single_order(self, m: int) -> list[tuple[str, int]]:
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]

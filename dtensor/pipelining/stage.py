@@ -246,12 +246,16 @@ class PipelineStage:
                 f"stage {stage}, on the same rank, produced it: the schedule's order on this "
                 f"rank runs a stage ahead of its own input")
         sent_mb, sent_m, values = box.pop(0)
+        self._check_order(what, mb, m, f"stage {stage} handed over", sent_mb, sent_m)
+        return values
+
+    def _check_order(self, what: str, mb: int, m: int, sender: str, sent_mb: int,
+                     sent_m: int) -> None:
         if (sent_mb, sent_m) != (mb, m):
             raise PipeliningError(
                 f"stage {self.stage_index} runs the {what} of micro-batch {mb} of {m} but "
-                f"stage {stage} handed over micro-batch {sent_mb} of {sent_m}: every stage's "
-                f"schedule needs the same n_microbatches and the same order of micro-batches")
-        return values
+                f"{sender} micro-batch {sent_mb} of {sent_m}: every stage's schedule needs "
+                f"the same n_microbatches and the same order of micro-batches")
 
     def _send(self, t: torch.Tensor, stage: int, tag: int) -> None:
         self._sends.append(dist.isend(t.detach().contiguous(), self._peer(stage),
@@ -327,11 +331,7 @@ class PipelineStage:
         sent_mb, sent_m, body = pickle.loads(data)
         if self.static_shapes:  # the first header, micro-batch 0's, stands for all
             self._known[tag] = body
-        if (sent_mb, sent_m) != (mb, m):
-            raise PipeliningError(
-                f"stage {self.stage_index} runs the {what} of micro-batch {mb} of {m} but "
-                f"stage {stage} sent micro-batch {sent_mb} of {sent_m}: every stage's "
-                f"schedule needs the same n_microbatches and the same order of micro-batches")
+        self._check_order(what, mb, m, f"stage {stage} sent", sent_mb, sent_m)
         return body
 
     def _send_values(self, values: tuple, stage: int, mb: int, m: int) -> None:
