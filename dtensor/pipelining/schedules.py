@@ -124,7 +124,7 @@ class _Schedule:
             if kind == "F":
                 outs = stage.forward_one(mb, arg_pieces[mb], kwarg_pieces[mb], m)
                 if stage.is_last:
-                    outputs[mb] = outs
+                    outputs[mb] = tuple(o.detach() for o in outs)  # not the graph
                     if training:
                         mb_losses[mb] = self._loss_fn(outs[0], targets[mb][0])
                         seen[mb] = mb_losses[mb].detach()
