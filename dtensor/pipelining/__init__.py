@@ -12,6 +12,7 @@ from dtensor.pipelining.schedules import (PipelineScheduleMulti, PipelineSchedul
 from dtensor.pipelining.stage import PipelineStage, PipeliningError
 from dtensor.pipelining.tracer import Pipe, SplitPoint, pipeline
 
-__all__ = ["Pipe", "SplitPoint", "pipeline", "PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage",
+__all__ = ["Pipe", "PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage",
            "PipeliningError", "Schedule1F1B", "ScheduleGPipe", "ScheduleInterleaved1F1B",
-           "ScheduleInterleavedZeroBubble", "ScheduleLoopedBFS", "ScheduleZBVZeroBubble"]
+           "ScheduleInterleavedZeroBubble", "ScheduleLoopedBFS", "ScheduleZBVZeroBubble",
+           "SplitPoint", "pipeline"]

@@ -14,9 +14,9 @@ autograd graph runs its weight work twice:
   whose other operand is a parameter's transpose, an ``add`` of a bias: a *weight branch*,
   whatever leaf or custom node it ends in) are the *junctions*; a pre-hook on each records
   the gradients flowing into it during the input half;
-- the weight half starts at the junctions with those gradients and stops at the
-  parameters: each junction runs again for its weight inputs only, then the weight-only
-  branches run once. Outputs that no input reaches (a value computed from parameters alone)
+- the weight half starts at the junctions with those gradients: each junction runs again
+  for its weight inputs only, then the weight branches run once, down to the leaves they
+  reach. Outputs that no input reaches (a value computed from parameters alone)
   start the weight half with their own gradients.
 
 A junction runs in the weight half as ``autograd.grad`` from its recorded gradients to its
@@ -35,8 +35,8 @@ all its uses, then runs the branches from there: exact, at the cost of the input
 second time (its leaves untouched: ``autograd.grad`` only returns what it is asked for).
 
 A stage whose inputs need no gradient (the first stage) sends nothing back: its whole
-backward is the weight half. The graph walk is iterative (deep models
-have long chains) and visits each node once.
+backward is the weight half. The graph walk is iterative (deep models have long chains) and
+visits each node once.
 """
 
 from __future__ import annotations
@@ -161,9 +161,7 @@ def _graph(heads: list) -> tuple[dict, list]:
         children[node] = kids
         stack.append((node, True))
         stack.extend((c, False) for c in kids if c not in children)
-    seen: set = set()
-    unique = [n for n in order if not (n in seen or seen.add(n))]
-    return children, unique
+    return children, order  # each node once: it is expanded once
 
 
 def _reaching(order: list, children: dict, targets: set) -> set:

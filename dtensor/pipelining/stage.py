@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.utils.checkpoint
 import torch.distributed as dist
+import torch.utils.checkpoint
 from torch import nn
 
 from dtensor.comm.activity import doing
@@ -203,14 +203,10 @@ class PipelineStage:
     def reduce_accumulated_gradients(self) -> None:
         """Where the module is data parallel, reduce over dp the gradients its backwards
         summed with sync off (Note [zero bubble] in schedules.py)."""
-        reduce = getattr(self.submod, "reduce_accumulated_gradients", None)
-        if reduce is not None:
-            reduce()
-        else:  # a plain container of fully sharded modules
-            for mod in self.submod.modules():
-                inner = getattr(mod, "reduce_accumulated_gradients", None)
-                if inner is not None:
-                    inner(recurse=False)
+        for mod in self.submod.modules():  # the module itself or those inside a container
+            reduce = getattr(mod, "reduce_accumulated_gradients", None)
+            if reduce is not None:
+                reduce(recurse=False)
 
     def scale_grads(self, factor: int) -> None:
         """Divide the module's gradients by ``factor`` (the micro-batch count)."""
