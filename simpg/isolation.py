@@ -225,7 +225,9 @@ PER_THREAD_ALREADY: dict[str, str] = {
                               "replication): each rank is its own thread",
     "the sharding propagation cache": "ShardingPropagator.propagate_op_sharding is a "
                                       "LocalLRUCache (threading.local) and the C++ fast path "
-                                      "cache is per thread: Note [a fresh thread per rank]",
+                                      "cache is per thread: Note [a fresh thread per rank]; "
+                                      "below both, a world shares the decisions every rank "
+                                      "would make alike (simpg.propagation_share)",
     "_gen_transform_infos, _propagate_tensor_meta_cached, the redistribute planner cache":
         "process-wide, keyed by the mesh, whose identity is the rank's own "
         "(simpg.mesh_identity)",

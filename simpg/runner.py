@@ -19,6 +19,7 @@ from simpg.capabilities import resolve
 from simpg.faults import Fault
 from simpg.frames import user_location
 from simpg.isolation import import_switch_modules, restore, snapshot, warn_shared
+from simpg.propagation_share import install as share_propagation
 from simpg.stuck import clear_interrupt
 from simpg.trace import active_sinks
 from simpg.unwaited import check_unwaited
@@ -125,6 +126,7 @@ def run(
                          f"worlds do not nest; run the inner program from outside the world "
                          f"(or call its function directly on this rank)")
     import_switch_modules()  # Note [per-rank process state]
+    share_propagation()  # Note [one propagation for every rank]
     with _CPU:  # Note [one rank runs at a time]: other worlds' ranks may be running
         caller_rng = torch.get_rng_state()
         caller_switches = snapshot()  # Note [per-rank process state]

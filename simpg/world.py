@@ -65,6 +65,8 @@ class World(Scheduler):
         self.capabilities = capabilities
         self.faults: dict[int, list[Fault]] = check_faults(tuple(faults), size)
         self.rendezvous = Rendezvous(self, COMPUTE, trace_sinks)
+        # torch's DTensor sharding decisions, made once for every rank (simpg.propagation_share)
+        self.propagation_share: dict[Any, Any] = {}
 
     def _open_gate(self) -> None:
         super()._open_gate()

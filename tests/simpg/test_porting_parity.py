@@ -10,9 +10,11 @@ random op) draws different values on different ranks and fails there, differentl
 run (``KNOWN_TORCH_ARTIFACTS``); simpg gives each rank its own RNG, seeded alike, as separate
 processes are, and passes them.
 
-Measured (this 2-core host, loaded by other jobs): 120 OpInfos (spread over op_db's float32
-ones) in 37.6 s on torch's threaded base, 36.9 s on simpg: 86 / 87 pass, 32 / 31 fail,
-2 / 2 skipped, differing on ``nn.functional.max_unpool3d.grad`` only. The 40 of this test:
+Measured (this 2-core host, quiet): 120 OpInfos (spread over op_db's float32 ones) in 50.5 s
+on torch's threaded base, 27.4 s on simpg (0.54; 36.9 against 37.6 before each sharding
+decision was made once per world, Note [one propagation for every rank] in
+simpg/propagation_share.py): 85 / 87 pass, 33 / 31 fail, 2 / 2 skipped, differing on
+``nn.functional.max_unpool3d.grad`` and ``multinomial`` (random: torch's ranks share one RNG). The 40 of this test:
 torch 27 pass, 12 fail (two of them ``feature_alpha_dropout.with_train`` and
 ``hinge_embedding_loss``, one or both from run to run), simpg 29 pass, 10 fail; 35 s on torch's,
 45 to 53 s on simpg.
