@@ -135,6 +135,50 @@ def _fork_table(table: Any) -> Any:
     return None if table is None else copy.copy(table)
 
 
+class PropagatorTable(dict):
+    """A rank's copy of one of the sharding propagator's tables, counting its changes: while
+    it has none it holds what the world's baseline does, which simpg.propagation_share reads
+    without comparing a thousand entries."""
+
+    changes = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.changes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.changes += 1
+        super().__delitem__(key)
+
+    def __ior__(self, other: Any) -> PropagatorTable:
+        self.changes += 1
+        return super().__ior__(other)
+
+    def pop(self, *args: Any) -> Any:
+        self.changes += 1
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.changes += 1
+        return super().popitem()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.changes += 1
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.changes += 1
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self.changes += 1
+        super().clear()
+
+
+def _fork_propagator_table(table: Any) -> Any:
+    return None if table is None else PropagatorTable(table)
+
+
 _API = "torch.distributed.tensor._api"
 _CP_ATTENTION = "torch.distributed.tensor.experimental._context_parallel._attention"
 _CP_RULES = "torch.distributed.tensor.experimental._context_parallel._sharding_rules"
@@ -148,8 +192,8 @@ def _sdpa_flag(backend: str) -> Switch:
 
 
 def _propagator_table(name: str, who: str) -> Switch:
-    return Switch(_API, *_attr(_PROPAGATOR + name, fresh=_always), fork=_fork_table,
-                  source=f"ShardingPropagator.{name}: {who}")
+    return Switch(_API, *_attr(_PROPAGATOR + name, fresh=_always),
+                  fork=_fork_propagator_table, source=f"ShardingPropagator.{name}: {who}")
 
 
 # The inventory of the process-wide state torch 2.13's DTensor, its parallel styles,
@@ -377,5 +421,5 @@ def warn_shared(names: list[str]) -> None:
                       IsolationWarning, stacklevel=3)
 
 
-__all__ = ["IsolationWarning", "PER_THREAD_ALREADY", "SWITCHES", "adopt", "import_switch_modules",
-           "own", "restore", "snapshot", "warn_shared"]
+__all__ = ["IsolationWarning", "PER_THREAD_ALREADY", "PropagatorTable", "SWITCHES", "adopt",
+           "import_switch_modules", "own", "restore", "snapshot", "warn_shared"]

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from simpg.isolation import PropagatorTable
 from simpg.world import rank_context
 
 _API = "torch.distributed.tensor._api"
@@ -175,7 +176,10 @@ def _key(world: Any, prop: Any, op_schema: Any) -> Any:
         return None
     baseline = world.switches
     for switch, table in _TABLES:
-        if getattr(prop, table) != baseline.get(switch):
+        mine = getattr(prop, table)
+        if type(mine) is PropagatorTable and not mine.changes:
+            continue  # the rank's unchanged copy of the baseline's
+        if mine != baseline.get(switch):
             return None  # this rank's tables are its own now
     try:
         # torch's OpSchema.__eq__ compares the argument count beside the key
