@@ -32,6 +32,53 @@ from torch.utils import _pytree as pytree
 from dtensor.pipelining.stage import PipelineStage, PipeliningError
 
 
+# Note [pipe_split markers]
+# ``pipe_split()`` in a model's forward marks a cut, as torch's does: an operator that does
+# nothing, registered with a side effect so the trace keeps it where it ran. ``pipeline``
+# starts a new stage after each marker (consecutive markers make one cut) and drops the
+# markers from the stage modules. torch's own marker (``torch.ops.pippy._pipe_split``,
+# from ``torch.distributed.pipelining.pipe_split``) cuts the same way, so a model written
+# for torch's tracer needs no change.
+torch.library.define("dtensor_pipelining::pipe_split", "() -> ()")
+
+
+@torch.library.impl("dtensor_pipelining::pipe_split", "BackendSelect")
+def _pipe_split_eager() -> None:
+    return None
+
+
+@torch.library.register_fake("dtensor_pipelining::pipe_split")
+def _pipe_split_fake() -> None:
+    return None
+
+
+_MARKER = torch.ops.dtensor_pipelining.pipe_split.default
+fx.node._side_effectful_functions.add(_MARKER)  # the trace keeps it though it returns nothing
+_MARKER_NAMES = frozenset({"dtensor_pipelining.pipe_split.default", "pippy._pipe_split.default"})
+
+
+def pipe_split() -> None:
+    """Mark a stage boundary inside ``forward`` (torch's ``pipe_split``): ``pipeline`` cuts
+    the traced model here (Note [pipe_split markers]); run eagerly it does nothing.
+
+    >>> class Two(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    ...     def forward(self, x):
+    ...         x = self.a(x)
+    ...         pipe_split()
+    ...         return self.b(x)
+    >>> pipeline(Two(), (torch.randn(2, 4),)).num_stages
+    2
+    """
+    torch.ops.dtensor_pipelining.pipe_split()
+
+
+def _is_marker(node: fx.Node) -> bool:
+    return node.op == "call_function" and str(node.target) in _MARKER_NAMES
+
+
 class SplitPoint(enum.Enum):
     """Where a stage starts relative to a named submodule (torch's names)."""
 
@@ -78,10 +125,9 @@ class _First(nn.Module):
 def pipeline(module: nn.Module, mb_args: tuple, mb_kwargs: dict | None = None,
              split_spec: dict[str, SplitPoint] | None = None) -> Pipe:
     """Trace ``module`` on one micro-batch (``mb_args``, ``mb_kwargs``) and cut it at
-    ``split_spec`` (Note [cutting a traced model])."""
-    if not split_spec:
-        raise PipeliningError("pipeline needs split_spec, e.g. {'layers.2': "
-                              "SplitPoint.BEGINNING}: where to cut the model")
+    ``split_spec`` and at every ``pipe_split()`` its forward ran (Note [cutting a traced
+    model], Note [pipe_split markers])."""
+    split_spec = split_spec or {}
     names = dict(module.named_modules())
     for fqn, point in split_spec.items():
         if fqn not in names or not fqn:
@@ -93,9 +139,18 @@ def pipeline(module: nn.Module, mb_args: tuple, mb_kwargs: dict | None = None,
     exported = torch.export.export(module, tuple(mb_args), mb_kwargs or {}, strict=False)
     gm = exported.module()
     in_spec = pytree.tree_flatten((tuple(mb_args), mb_kwargs or {}))[1]
-    nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output", "get_attr")
-             and not (n.op == "call_module" and n.target == "_guards_fn")]
-    stage_of = _stages(nodes, split_spec)
+    nodes, marked = [], []  # compute nodes; where a pipe_split() starts a stage among them
+    for n in gm.graph.nodes:
+        if _is_marker(n):
+            marked.append(len(nodes))
+        elif n.op not in ("placeholder", "output", "get_attr") and not (
+                n.op == "call_module" and n.target == "_guards_fn"):
+            nodes.append(n)
+    if not split_spec and not marked:
+        raise PipeliningError("pipeline found no cut: give split_spec (e.g. {'layers.2': "
+                              "SplitPoint.BEGINNING}) or call pipe_split() in forward where a "
+                              "stage should end")
+    stage_of = _stages(nodes, split_spec, marked)
     n_stages = max(stage_of.values(), default=0) + 1
     params = {name for name, _ in gm.named_parameters()}
     _refuse_shared_parameters(gm, stage_of, params)
@@ -107,10 +162,11 @@ def _inside(node: fx.Node, fqn: str) -> bool:
     return any(path == fqn or path.startswith(fqn + ".") for path, _ in stack.values())
 
 
-def _stages(nodes: list[fx.Node], split_spec: dict[str, SplitPoint]) -> dict[fx.Node, int]:
+def _stages(nodes: list[fx.Node], split_spec: dict[str, SplitPoint], marked: list[int]
+            ) -> dict[fx.Node, int]:
     """Each compute node's stage: a cut before the first node inside a BEGINNING point, after
-    the last node inside an END point."""
-    cuts: set[int] = set()  # node positions a new stage starts at
+    the last node inside an END point, and at each marked position."""
+    cuts = {at for at in marked if 0 < at < len(nodes)}  # node positions a stage starts at
     for fqn, point in split_spec.items():
         inside = [i for i, n in enumerate(nodes) if _inside(n, fqn)]
         if not inside:

@@ -12,7 +12,7 @@ from torch import nn
 
 import simpg
 import dtensor.pipelining as pipelining
-from dtensor.pipelining import PipeliningError, SplitPoint, pipeline
+from dtensor.pipelining import PipeliningError, SplitPoint, pipe_split, pipeline
 
 
 class Block(nn.Module):
@@ -117,7 +117,7 @@ def test_traced_stages_train_like_one_device(schedule):
 
 def test_what_cannot_be_cut_is_refused():
     x = torch.randn(2, 4)
-    with pytest.raises(PipeliningError, match="needs split_spec"):
+    with pytest.raises(PipeliningError, match="found no cut: give split_spec"):
         pipeline(_net(), (x,))
     with pytest.raises(PipeliningError, match="names 'layers.9', which is not a submodule"):
         pipeline(_net(), (x,), split_spec={"layers.9": SplitPoint.BEGINNING})
@@ -146,3 +146,56 @@ def test_the_first_stage_takes_the_models_keyword_arguments():
     torch.testing.assert_close(pipe.get_stage_module(1)(*middle)[0], net(x, shift=shift))
     with pytest.raises(PipeliningError, match="takes the inputs the model was traced with"):
         first(x, shift, 1)
+
+
+class Marked(nn.Module):
+    """Four blocks with a marker after every other one, as a user writes it for torch's
+    tracer (``split_every`` says which; ``torch_marker`` uses torch's own pipe_split)."""
+
+    def __init__(self, split_every: int = 2, torch_marker: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList([Block() for _ in range(4)])
+        self.head = nn.Linear(4, 4)
+        self.split_every, self.torch_marker = split_every, torch_marker
+
+    def forward(self, x):
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if (i + 1) % self.split_every == 0 and i + 1 < len(self.layers):
+                self._mark()
+                self._mark()  # two markers in a row make one cut
+        return self.head(h) + x.mean()
+
+    def _mark(self) -> None:
+        if self.torch_marker:
+            from torch.distributed.pipelining import pipe_split as torchs
+            torchs()
+        else:
+            pipe_split()
+
+
+@pytest.mark.parametrize("split_every, torch_marker, n", [(2, False, 2), (1, False, 4),
+                                                          (2, True, 2)])
+def test_pipe_split_markers_cut_the_traced_model(split_every, torch_marker, n):
+    net, x = Marked(split_every, torch_marker), torch.randn(3, 4)
+    torch.testing.assert_close(net(x), Marked(4)(x))  # eagerly a marker does nothing
+    pipe = pipeline(net, (x,))
+    assert pipe.num_stages == n
+    values = (x,)
+    for i in range(n):
+        module = pipe.get_stage_module(i)
+        assert not any("pipe_split" in str(node.target) for node in module.graph.nodes)
+        out = module(*values)
+        values = out if isinstance(out, tuple) else (out,)
+    torch.testing.assert_close(values[0], net(x))
+
+
+def test_markers_and_split_points_cut_together():
+    net, x = Marked(2), torch.randn(3, 4)
+    pipe = pipeline(net, (x,), split_spec={"layers.3": SplitPoint.BEGINNING})
+    assert pipe.num_stages == 3
+    names = [sorted({n.split(".")[1] for n, _ in pipe.get_stage_module(i).named_parameters()
+                     if n.startswith("layers.")}) for i in range(3)]
+    assert names == [["0", "1"], ["2"], ["3"]]
