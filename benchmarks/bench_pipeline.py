@@ -43,9 +43,10 @@ from simpg.steprecorder import record_step  # noqa: E402
 
 SCHEDULES = [("ScheduleGPipe", 1), ("Schedule1F1B", 1), ("ScheduleLoopedBFS", 2),
              ("ScheduleInterleaved1F1B", 2), ("ScheduleInterleavedZeroBubble", 2),
-             ("ScheduleZBVZeroBubble", 2)]
-ZERO_BUBBLE = {"ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble"}
-V_SHAPED = {"ScheduleZBVZeroBubble"}  # stages r and 2 pp - 1 - r on rank r
+             ("ScheduleZBVZeroBubble", 2), ("ScheduleDualPipeV", 2)]
+ZERO_BUBBLE = {"ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
+# stages r and 2 pp - 1 - r on rank r
+V_SHAPED = {"ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
 LIBS = ("ours", "ours, per-micro-batch headers", "torch")
 
 

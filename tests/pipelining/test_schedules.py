@@ -302,7 +302,7 @@ def _pipelined_multi(schedule_cls, pp: int, v: int, m: int, data, lib=None):
     import dtensor.pipelining as ours
     lib = lib or ours
     start = _model(pp * v)
-    v_shape = schedule_cls == "ScheduleZBVZeroBubble"
+    v_shape = schedule_cls in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV")
     last_rank = 0 if v_shape else pp - 1
 
     def rank():
@@ -354,8 +354,73 @@ def test_the_zero_bubble_v_trains_like_one_device(pp, m, batch):
                      want)
 
 
+@pytest.mark.parametrize("pp, m, batch", [(2, 4, 8), (2, 5, 11), (4, 8, 16), (4, 11, 23),
+                                          (8, 16, 32), (1, 2, 4)])
+def test_dualpipev_trains_like_one_device(pp, m, batch):
+    data = _data(2, batch)
+    want_losses, want = _one_device(_model(2 * pp), data, m)
+    _check_pipelined(_pipelined_multi("ScheduleDualPipeV", pp, 2, m, data), want_losses, want)
+
+
+def _torchs_dualpipev_order(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """torch's DualPipeV actions on ``rank``, an overlapped pair as its forward then its
+    backward, each as (kind, local stage, micro-batch)."""
+    from types import SimpleNamespace
+
+    from torch.distributed.pipelining.schedules import ScheduleDualPipeV
+
+    from torch.distributed.pipelining.schedules import _ComputationType as C
+
+    kinds = {C.FORWARD: "F", C.BACKWARD_INPUT: "I", C.BACKWARD_WEIGHT: "W",
+             C.FULL_BACKWARD: "B"}
+    plan = ScheduleDualPipeV._calculate_single_rank_operations(
+        SimpleNamespace(pp_group_size=pp, _n_microbatches=m), rank)
+    out = []
+    for action in plan:
+        for a in action.sub_actions or (action,):
+            out.append((kinds[a.computation_type], 0 if a.stage_index == rank else 1,
+                        a.microbatch_index))
+    return out
+
+
+def _dualpipev_on_each_rank(pp: int, m: int, body):
+    import dtensor.pipelining as ours
+
+    def rank():
+        r = torch.distributed.get_rank()
+        stages = [ours.PipelineStage(nn.Identity(), i, 2 * pp, torch.device("cpu"))
+                  for i in (r, 2 * pp - 1 - r)]
+        return body(r, stages)
+
+    return simpg.run(rank, pp)
+
+
+@pytest.mark.parametrize("pp", [1, 2, 3, 4, 8])
+def test_dualpipev_runs_torchs_order_action_by_action(pp):
+    import dtensor.pipelining as ours
+
+    def orders(r, stages):
+        return [ours.ScheduleDualPipeV(stages, m, loss_fn=_loss)._order(m)
+                for m in range(2 * pp, 2 * pp + 6)]
+
+    for r, got in enumerate(_dualpipev_on_each_rank(pp, 0, orders)):
+        for m, order in zip(range(2 * pp, 2 * pp + 6), got):
+            assert order == _torchs_dualpipev_order(pp, m, r), (pp, m, r)
+
+
+def test_dualpipev_refuses_fewer_micro_batches_than_stages():
+    import dtensor.pipelining as ours
+
+    def build(r, stages):
+        with pytest.raises(PipeliningError, match="at least as many micro-batches as stages: "
+                                                  "3 micro-batches, 4 stages"):
+            ours.ScheduleDualPipeV(stages, 3, loss_fn=_loss)
+
+    _dualpipev_on_each_rank(2, 3, build)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("schedule_cls", MULTI + ["ScheduleZBVZeroBubble"])
+@pytest.mark.parametrize("schedule_cls", MULTI + ["ScheduleZBVZeroBubble", "ScheduleDualPipeV"])
 @pytest.mark.parametrize("pp, v, m, batch", [(2, 2, 4, 8), (4, 2, 8, 16)])
 def test_virtual_stages_match_torchs_schedules(schedule_cls, pp, v, m, batch):
     import torch.distributed.pipelining as torch_pp

@@ -14,8 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import simpg
 from dtensor import DTensor, init_device_mesh
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
-from dtensor.pipelining import (PipelineStage, PipeliningError, ScheduleInterleavedZeroBubble,
-                                ScheduleZBVZeroBubble)
+from dtensor.pipelining import (PipelineStage, PipeliningError, ScheduleDualPipeV,
+                                ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble)
 from dtensor.pipelining.split_backward import backward_input
 
 from tests.pipelining.test_schedules import _data, _loss, _model, _one_device, _stage_modules
@@ -100,7 +100,7 @@ def _tp_stages(schedule_cls, pp: int, m: int, data):
     """pp x tp=2: every block column- then row-wise parallel, two stages a rank (the V's
     placement for ScheduleZBVZeroBubble, i % pp for the interleaved one)."""
     start = _model(2 * pp)
-    v_shape = schedule_cls is ScheduleZBVZeroBubble
+    v_shape = schedule_cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
 
     def rank():
         mesh = init_device_mesh("cpu", (pp, 2), mesh_dim_names=("pp", "tp"))
@@ -130,7 +130,8 @@ def _tp_stages(schedule_cls, pp: int, m: int, data):
     return simpg.run(rank, 2 * pp)
 
 
-@pytest.mark.parametrize("schedule_cls", [ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble])
+@pytest.mark.parametrize("schedule_cls", [ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble,
+                                          ScheduleDualPipeV])
 def test_tensor_parallel_stages_train_like_one_device(schedule_cls):
     data = _data(2, 8)
     _, want = _one_device(_model(4), data, 4)
@@ -143,8 +144,10 @@ def test_tensor_parallel_stages_train_like_one_device(schedule_cls):
     assert seen == set(want)
 
 
-@pytest.mark.parametrize("schedule_cls", [ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble])
-@pytest.mark.parametrize("m", [2, 3, 4])
+@pytest.mark.parametrize("schedule_cls, m", [
+    *((cls, m) for cls in (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble)
+      for m in (2, 3, 4)),
+    (ScheduleDualPipeV, 4), (ScheduleDualPipeV, 5)])
 def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
     """pp x dp, two fully sharded stages a rank: every half with gradient sync off, one
     reduce-scatter per module per step (Note [zero bubble])."""
@@ -152,7 +155,7 @@ def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
     data = _data(2, 16)
     start = _model(8)
     _, want = _one_device_dp(copy.deepcopy(start), data, m=m, dp=2)
-    v_shape = schedule_cls is ScheduleZBVZeroBubble
+    v_shape = schedule_cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
 
     def rank():
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
