@@ -10,7 +10,9 @@ default tier checks). Forward and backward results must equal one device whereve
 a case that
 passes under chunk's rule and fails under another is a split-rule bug, unless it is listed in
 ``SPLIT_EXPECTED`` with its reason (an unexpected pass of a listed one fails too, so the list
-stays true). Every OpInfo, in the default run (about 6 ms a case).
+stays true). Every OpInfo, in the default run (about 6 ms a case). On a 2-D mesh (2, 2) the
+same, each Shard under the rule mesh dim by mesh dim (nested cuts included): every OpInfo
+with ``-m slow``, every eighth in the default run.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import pytest
 import dataclasses
 import warnings
 
-from dtensor.layout import chunk_bounds
+from dtensor.layout import chunk_bounds, lays_out, pieces
 from dtensor.ops.propagate import candidates
 from dtensor.ops.registry import REGISTRY, OpSpec, TensorSpec
 from dtensor.ops.soundness import check_candidate, op_spec
-from dtensor.placements import Placement, Shard, chunk_rule, has_split_rule
+from dtensor.placements import Placement, Replicate, Shard, chunk_rule, has_split_rule
 from opdb_tests import sweep
 from opdb_tests.cases import (aten_call, base_assignments, entries, fmt_placements, samples,
                               tolerances)
@@ -44,23 +46,39 @@ def _reversed_chunks(n: int, parts: int) -> tuple[int, ...]:
     return tuple(reversed([b - a for a, b in (chunk_bounds(n, parts, i) for i in range(parts))]))
 
 
-def _under(rule: str, tensors, placements) -> tuple[tuple[Placement, ...], ...]:
-    def one(t, p):
-        if not isinstance(p, Shard):
-            return p
-        if rule == "balanced":
-            return Shard(p.dim, "balanced")
-        if rule == "block":
-            n = t.shape[p.dim]
-            block = next((b for b in range(n // 2, 1, -1) if n % b == 0), None)
-            return Shard(p.dim, block=block)
-        return Shard(p.dim, _reversed_chunks(t.shape[p.dim], MESH[0]))
+def _under(rule: str, tensors, placements, mesh=MESH) -> tuple[tuple[Placement, ...], ...]:
+    """Each tensor's placements with every Shard under ``rule``, mesh dim by mesh dim; where
+    the rule cannot cut what that mesh dim splits (nested explicit sizes must fit every
+    piece, a block every run), that Shard keeps the rule before it: balanced, or chunk's."""
+    def one(shape, pl):
+        out = list(pl)
+        for m, p in enumerate(pl):
+            if not isinstance(p, Shard):
+                continue
+            if rule == "block":
+                n = shape[p.dim]
+                block = next((b for b in range(n // 2, 1, -1) if n % b == 0), None)
+                tries = [Shard(p.dim, block=block)]
+            elif rule == "balanced":
+                tries = [Shard(p.dim, "balanced")]
+            else:  # explicit: chunk's sizes reversed, of the extent this mesh dim splits
+                upto = out[:m] + [Replicate()] * (len(pl) - m)
+                held = pieces(shape, mesh, upto, (0,) * len(mesh))[p.dim]
+                extent = sum(b - a for a, b in held)
+                tries = [Shard(p.dim, _reversed_chunks(extent, mesh[m])),
+                         Shard(p.dim, "balanced")]
+            for candidate in tries:
+                trial = out[:m] + [candidate] + out[m + 1:]
+                if lays_out(shape, mesh, trial):
+                    out = trial
+                    break
+        return tuple(out)
 
-    return tuple(tuple(one(t, p) for p in ps) for t, ps in zip(tensors, placements))
+    return tuple(one(tuple(t.shape), ps) for t, ps in zip(tensors, placements))
 
 
-def split_failures(e) -> list[str]:
-    """The cases of ``e`` that fail under a split rule and pass under chunk's."""
+def split_failures(e, mesh=MESH) -> list[str]:
+    """The cases of ``e`` on ``mesh`` that fail under a split rule and pass under chunk's."""
     ss = samples(e, 1)
     if not ss:
         return []
@@ -68,16 +86,16 @@ def split_failures(e) -> list[str]:
     call = aten_call(e, s)
     tensors = s.tensors()
     cases, labels = [], []
-    for placements in base_assignments(tensors, MESH):
+    for placements in base_assignments(tensors, mesh):
         if not any(isinstance(p, Shard) for ps in placements for p in ps):
             continue
         for tier in TIERS:
             for rule in RULES:
-                pl = placements if rule == "chunk" else _under(rule, tensors, placements)
+                pl = placements if rule == "chunk" else _under(rule, tensors, placements, mesh)
                 cases.append((e, s, call, pl, tier))
                 labels.append((rule, f"{tier} {fmt_placements(pl)}"))
-    out = _unsound_kept_rules(e, s, call, cases)
-    results = sweep.run_world(MESH, cases) if cases else []
+    out = _unsound_kept_rules(e, s, call, cases, mesh)
+    results = sweep.run_world(mesh, cases) if cases else []
     for i in range(0, len(results), len(RULES)):
         chunk, *others = results[i:i + len(RULES)]
         if chunk is not None:
@@ -103,7 +121,7 @@ def _held(spec: OpSpec, call, placements) -> OpSpec:
                                kwargs=tuple((k, held(v)) for k, v in spec.kwargs))
 
 
-def _unsound_kept_rules(e, s, call, cases) -> list[str]:
+def _unsound_kept_rules(e, s, call, cases, mesh) -> list[str]:
     if call is None or call.func not in REGISTRY:
         return []
     rtol, atol = tolerances(e.dtype)
@@ -112,37 +130,37 @@ def _unsound_kept_rules(e, s, call, cases) -> list[str]:
         if not has_split_rule([p for ps in placements for p in ps]) or placements in seen:
             continue
         seen.add(placements)
-        spec = _held(op_spec(call.func, call.args, call.kwargs, MESH), call, placements)
+        spec = _held(op_spec(call.func, call.args, call.kwargs, mesh), call, placements)
         for c in candidates(spec, dispatchable_only=False):
             if not any(has_split_rule(p) for p in c.inputs + c.outputs):
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                reason = check_candidate(call.func, call.args, call.kwargs, c, MESH,
+                reason = check_candidate(call.func, call.args, call.kwargs, c, mesh,
                                          rtol=rtol, atol=atol)
-            if reason and _chunk_twin_sound(call, c, rtol, atol):
+            if reason and _chunk_twin_sound(call, c, mesh, rtol, atol):
                 out.append(f"sound {fmt_placements(c.inputs)} -> {fmt_placements(c.outputs)}: "
                            f"{reason}")
     return out
 
 
-def _chunk_twin_sound(call, c, rtol: float, atol: float) -> bool:
+def _chunk_twin_sound(call, c, mesh, rtol: float, atol: float) -> bool:
     """Whether ``c`` with every Shard under chunk's rule is sound: where it is not, the chunk
     tier's verdict (expected_failures.py) covers the split one too."""
     twin = dataclasses.replace(c, inputs=tuple(map(chunk_rule, c.inputs)),
                                outputs=tuple(map(chunk_rule, c.outputs)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return check_candidate(call.func, call.args, call.kwargs, twin, MESH, rtol=rtol,
+        return check_candidate(call.func, call.args, call.kwargs, twin, mesh, rtol=rtol,
                                atol=atol) is None
 
 
-def _check(e) -> None:
-    found = split_failures(e)
-    if e.key in SPLIT_EXPECTED:
-        assert found, f"{e.key} passes under split rules: remove it from SPLIT_EXPECTED"
+def _check(e, mesh=MESH, expected=SPLIT_EXPECTED) -> None:
+    found = split_failures(e, mesh)
+    if e.key in expected:
+        assert found, f"{e.key} passes under split rules on mesh {mesh}: remove it from the list"
         return
-    assert not found, f"{e.key} under split rules:\n" + "\n".join(found[:4])
+    assert not found, f"{e.key} under split rules on mesh {mesh}:\n" + "\n".join(found[:4])
 
 
 @pytest.mark.parametrize("e", ALL, ids=[e.key for e in ALL])
@@ -150,6 +168,34 @@ def test_split_rules_give_chunk_verdicts(e):
     _check(e)
 
 
-def test_the_expected_list_names_real_entries():
+# the 2-D mesh: every OpInfo under -m slow, every DEFAULT_2D_STRIDE-th in the default run
+MESH_2D = (2, 2)
+DEFAULT_2D_STRIDE = 8
+SPLIT_EXPECTED_2D: dict[str, str] = {}
+_DEFAULT_2D = set(range(0, len(ALL), DEFAULT_2D_STRIDE))
+
+
+@pytest.mark.parametrize("e", [pytest.param(e, marks=() if i in _DEFAULT_2D else pytest.mark.slow)
+                               for i, e in enumerate(ALL)], ids=[e.key for e in ALL])
+def test_split_rules_give_chunk_verdicts_on_a_2d_mesh(e):
+    _check(e, MESH_2D, SPLIT_EXPECTED_2D)
+
+
+def test_the_expected_lists_name_real_entries():
     keys = {e.key for e in ALL}
-    assert not set(SPLIT_EXPECTED) - keys
+    assert not (set(SPLIT_EXPECTED) | set(SPLIT_EXPECTED_2D)) - keys
+
+
+def test_nested_rules_fall_back_where_they_cannot_cut():
+    # 6 rows over (2, 2): the first cut is (3, 3), then (1, 2) cuts each piece; 5 rows are
+    # cut (2, 3), pieces no one size list cuts: balanced there
+    import torch
+
+    six, five = torch.zeros(6, 4), torch.zeros(5, 4)
+    nested = ((Shard(0), Shard(0)),)
+    assert _under("explicit", [six], nested, MESH_2D) == (
+        (Shard(0, (3, 3)), Shard(0, (1, 2))),)
+    assert _under("explicit", [five], nested, MESH_2D) == (
+        (Shard(0, (2, 3)), Shard(0, "balanced")),)
+    assert _under("block", [six], ((Shard(0), Shard(1)),), MESH_2D) == (
+        (Shard(0, block=3), Shard(1, block=2)),)

@@ -330,3 +330,21 @@ def test_inductor_backward_is_rank_consistent_with_an_empty_piece():
     # rank 0 sends nothing either: every rank's compiled backward still issues the reverse
     # exchange (Note [every rank's backward collective] in dtensor/redistribute/execute.py)
     assert all(run_on_mesh((4,), lambda mesh: _compiled(mesh, "inductor"), timeout=120))
+
+
+def test_a_sharded_vector_norm_keeps_the_split_rule_of_a_kept_dim():
+    # 2-norm over dim 1 cut (2, 3) by mesh dim 1, rows cut (2, 3) by mesh dim 0: the rows keep
+    # their explicit sizes (found by the 2-D split-rule op-database tier: cosine_similarity)
+    a, b = torch.randn(5, 5), torch.randn(5, 5)
+    pl = [Shard(0, sizes=(2, 3)), Shard(1, sizes=(2, 3))]
+
+    def body(mesh):
+        x, y = distribute_tensor(a, mesh, pl), distribute_tensor(b, mesh, pl)
+        norm = torch.linalg.vector_norm(x, dim=1)
+        return (norm.placements, norm.full_tensor(),
+                torch.nn.functional.cosine_similarity(x, y).full_tensor())
+
+    for placements, norm, cos in run_on_mesh((2, 2), body):
+        assert placements == (Shard(0, sizes=(2, 3)), Replicate())
+        torch.testing.assert_close(norm, torch.linalg.vector_norm(a, dim=1))
+        torch.testing.assert_close(cos, torch.nn.functional.cosine_similarity(a, b))

@@ -83,7 +83,7 @@ def _output_placements(placements: tuple[Placement, ...], dims: set[int], keepdi
             out.append(Partial("sum"))
         elif isinstance(pl, Shard):  # a kept dim: its index shifts past the removed ones
             shift = 0 if keepdim else sum(1 for d in dims if d < pl.dim)
-            out.append(Shard(pl.dim - shift))
+            out.append(pl.with_dim(pl.dim - shift))  # its split rule too
         else:
             out.append(pl)
     return tuple(out)
