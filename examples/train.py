@@ -61,6 +61,16 @@ gradient-norm clip adds the squared norms of the stages over pp. The loss is the
 stage's; the others report it after the step (one all-reduce over pp). A checkpoint holds
 each parameter and its AdamW moments under the parameter's name, so a run saved with pp
 resumes without it and the other way round.
+
+Note [stages a rank]
+``--pp-stages-per-rank V`` cuts the model into pp x V stages: rank r holds stages r, r + pp,
+... (``interleaved``, ``looped-bfs``, ``zb``), or, for the V schedules (``zbv``,
+``dualpipev``: V is 2), stages r and 2 pp - 1 - r, so rank 0 holds the first and the last.
+Each stage is built on the meta device, materialized, tensor-parallel and fully sharded on
+its own (fully_shard's root is the stage, whose forward the schedule calls), exactly as one
+stage a rank is. For what sees the rank's parameters at once (the optimizer, the clip,
+checkpoints, the weight report), ``llama.RankStages`` holds the rank's stages as one module
+under the whole model's names, so checkpoints move between any of these layouts.
 """
 
 from __future__ import annotations
@@ -84,8 +94,9 @@ from dtensor import DTensor
 from dtensor.experimental import context_parallel, get_rotate_method, set_rotate_method
 from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, loss_parallel,
                               parallelize_module, replicate, state_bytes)
-from dtensor.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                ScheduleInterleavedZeroBubble)
+from dtensor.pipelining import (PipelineStage, Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe,
+                                ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+                                ScheduleLoopedBFS, ScheduleZBVZeroBubble)
 from examples.models import llama
 from examples.models.meta_init import meta_build
 from examples.train_report import WEIGHT_TOLERANCE
@@ -94,9 +105,15 @@ from simpg.steprecorder import record_step
 # the dims of a --mesh of 2, 3 or 4 numbers
 MESH_DIM_NAMES = {2: ("dp", "tp"), 3: ("dp", "cp", "tp"), 4: ("rep", "shard", "cp", "tp")}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PP_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
-                # one stage a rank: ZB1P's order, each backward in an input and a weight half
-                "zb": lambda stage, m, **kw: ScheduleInterleavedZeroBubble([stage], m, **kw)}
+# Note [stages a rank]: --pp-schedule -> (the schedule, stages a rank it takes: None for any)
+PP_SCHEDULES = {"gpipe": (ScheduleGPipe, 1), "1f1b": (Schedule1F1B, 1),
+                "interleaved": (ScheduleInterleaved1F1B, None),
+                "looped-bfs": (ScheduleLoopedBFS, None),
+                # ZB1P's order, each backward in an input and a weight half
+                "zb": (ScheduleInterleavedZeroBubble, None),
+                "zbv": (ScheduleZBVZeroBubble, 2), "dualpipev": (ScheduleDualPipeV, 2)}
+SPLIT_BACKWARD = {"zb", "zbv", "dualpipev"}  # Note [zero bubble] in dtensor.pipelining
+V_SHAPED = {"zbv", "dualpipev"}  # rank r holds stages r and 2 pp - 1 - r
 # Note [bf16 reference]: the default --tolerance per compute dtype
 TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-3}
 
@@ -130,9 +147,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pipeline stages: a pp dim of N in front of --mesh (N x its ranks; "
                    "Note [pipeline stages]); at most the model's blocks")
     p.add_argument("--pp-schedule", choices=sorted(PP_SCHEDULES), default="1f1b",
-                   help="the pipeline schedule (default 1f1b; zb: zero-bubble, backwards "
-                   "split into input and weight halves, no checkpointed blocks); "
-                   "--accumulate micro-batches")
+                   help="the pipeline schedule (default 1f1b; interleaved, looped-bfs and "
+                   "zb take several stages a rank, zbv and dualpipev two; zb, zbv, "
+                   "dualpipev split backwards into input and weight halves, no checkpointed "
+                   "blocks); --accumulate micro-batches")
+    p.add_argument("--pp-stages-per-rank", type=int, metavar="V",
+                   help="pipeline stages each pp rank holds (Note [stages a rank]; default 2 "
+                   "for zbv and dualpipev, else 1): the model is cut into pp x V stages")
     p.add_argument("--model", default="tiny", choices=sorted(llama.PRESETS))
     p.add_argument("--n-heads", type=int, help="override the preset's heads (and kv heads)")
     p.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
@@ -202,7 +223,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.accumulate is None:
         args.accumulate = 2 if whole_stack else 1
     if args.checkpoint_activations is None:  # zb: Note [zero bubble] in dtensor.pipelining
-        args.checkpoint_activations = whole_stack and args.pp_schedule != "zb"
+        args.checkpoint_activations = whole_stack and args.pp_schedule not in SPLIT_BACKWARD
+    if args.pp_stages_per_rank is None:
+        args.pp_stages_per_rank = PP_SCHEDULES[args.pp_schedule][1] or 1
     if args.tolerance is None:
         args.tolerance = TOLERANCE[args.dtype]
     _check_args(p, args)
@@ -211,12 +234,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     blocks = model_config(args).n_layers
+    v = args.pp_stages_per_rank
     if not 1 <= args.pp <= blocks:
         p.error(f"--pp {args.pp} with --model {args.model} ({blocks} blocks): expected 1 to "
                 f"{blocks} stages, each at least one block (--model small has 4)")
-    if args.pp > 1 and args.pp_schedule == "zb" and args.checkpoint_activations \
+    takes = PP_SCHEDULES[args.pp_schedule][1]
+    if v < 1 or (takes is not None and v != takes):
+        p.error(f"--pp-stages-per-rank {v} with --pp-schedule {args.pp_schedule}: expected "
+                + (f"{takes}" if takes is not None else "at least 1")
+                + " (gpipe and 1f1b run one stage a rank; interleaved, looped-bfs or zb take "
+                  "several; zbv and dualpipev two)")
+    if args.pp * v > blocks:
+        p.error(f"--pp {args.pp} x --pp-stages-per-rank {v} stages with --model {args.model} "
+                f"({blocks} blocks): each stage needs at least one block")
+    if args.pp > 1 and args.pp_schedule == "dualpipev" and args.accumulate < 2 * args.pp:
+        p.error(f"--pp-schedule dualpipev with --accumulate {args.accumulate}: expected at "
+                f"least 2 x --pp = {2 * args.pp} micro-batches")
+    if args.pp > 1 and args.pp_schedule in SPLIT_BACKWARD and args.checkpoint_activations \
             and args.dp == "fsdp":
-        p.error("--pp-schedule zb with --checkpoint-activations over fsdp: a checkpointed "
+        p.error(f"--pp-schedule {args.pp_schedule} with --checkpoint-activations over fsdp: a "
+                "checkpointed "
                 "block of a fully sharded stage cannot be recomputed in a weight half yet "
                 "(Note [zero bubble] in dtensor/pipelining/schedules.py); pass "
                 "--no-checkpoint-activations")
@@ -269,15 +306,16 @@ def build_model(args: argparse.Namespace) -> llama.Llama:
 
 
 def build_stage(args: argparse.Namespace, stage: int, device: str) -> llama.LlamaStage:
-    """Pipeline stage ``stage`` of the model ``build_model`` makes, with its weights, and no
-    other stage's ever allocated: built on the meta device, this stage materialized with the
-    values a whole CPU build gives it (Note [meta build, CPU values] in
-    examples/models/meta_init.py)."""
+    """Pipeline stage ``stage`` (of ``pp x --pp-stages-per-rank``) of the model
+    ``build_model`` makes, with its weights, and no other stage's ever allocated: built on the
+    meta device, this stage materialized with the values a whole CPU build gives it (Note
+    [meta build, CPU values] in examples/models/meta_init.py)."""
     torch.manual_seed(args.seed)
     made = meta_build(lambda: llama.Llama(
         model_config(args), checkpoint_activations=getattr(args, "checkpoint_activations",
                                                            False)))
-    part = made.materialize(llama.LlamaStage(made.model, stage, args.pp), device)
+    n_stages = args.pp * getattr(args, "pp_stages_per_rank", 1)
+    part = made.materialize(llama.LlamaStage(made.model, stage, n_stages), device)
     assert isinstance(part, llama.LlamaStage)
     return part
 
@@ -378,13 +416,17 @@ def _with_pp(args: argparse.Namespace, device: str, shape: tuple[int, ...],
                                     mesh_dim_names=("pp", *names))[names]
 
 
-def pp_group(args: argparse.Namespace, device: str) -> tuple[Any, int]:
-    """The pp dim's process group and this rank's stage (None and 0 without --pp)."""
+def pp_group(args: argparse.Namespace, device: str) -> tuple[Any, list[int]]:
+    """The pp dim's process group and the stages this rank holds, in order (None and [0]
+    without --pp; Note [stages a rank])."""
     if args.pp == 1:
-        return None, 0
+        return None, [0]
     mesh = dtensor.init_device_mesh(device, (args.pp, world_size(args) // args.pp),
                                     mesh_dim_names=("pp", "rest"))
-    return mesh.get_group("pp"), mesh.get_local_rank("pp")
+    r, pp, v = mesh.get_local_rank("pp"), args.pp, args.pp_stages_per_rank
+    stages = [r, 2 * pp - 1 - r] if args.pp_schedule in V_SHAPED else \
+        [r + k * pp for k in range(v)]
+    return mesh.get_group("pp"), stages
 
 
 def parallelize(model: llama.Llama | llama.LlamaStage, mesh: dtensor.DeviceMesh,
@@ -420,12 +462,19 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
     # Note [the whole stack]: the same ranks as ``mesh``, with cp a dim of its own
     cp_mesh = (_with_pp(args, device, args.mesh_shape, args.mesh_dim_names)["cp"]
                if args.cp_size > 1 else None)
-    group, stage_index = pp_group(args, device)
-    model = parallelize(build_model(args).to(device) if group is None else
-                        build_stage(args, stage_index, device), mesh, args)
-    schedule = None if group is None else PP_SCHEDULES[args.pp_schedule](
-        PipelineStage(model, stage_index, args.pp, group=group, mesh=mesh["tp"]),
-        args.accumulate, loss_fn=compute_loss)
+    group, stage_indices = pp_group(args, device)
+    if group is None:
+        model = parallelize(build_model(args).to(device), mesh, args)
+        schedule = None
+    else:  # Note [stages a rank]: each stage parallelized as the whole model is
+        parts = [parallelize(build_stage(args, i, device), mesh, args) for i in stage_indices]
+        model = parts[0] if len(parts) == 1 else llama.RankStages(parts)
+        n_stages = args.pp * args.pp_stages_per_rank
+        stages = [PipelineStage(part, i, n_stages, group=group, mesh=mesh["tp"])
+                  for part, i in zip(parts, stage_indices)]
+        cls, _ = PP_SCHEDULES[args.pp_schedule]
+        schedule = cls(stages[0] if cls in (ScheduleGPipe, Schedule1F1B) else stages,
+                       args.accumulate, loss_fn=compute_loss)
     opt = make_optimizer(model.parameters(), args)
     # this rank's place among the dp x cp ranks (row-major, cp fastest)
     coord = mesh.get_coordinate() or [0] * mesh.ndim
@@ -507,16 +556,19 @@ def _micro_step(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Ten
     return value.detach().float()
 
 
-def _pipeline_step(schedule: Any, stage: llama.LlamaStage, inputs: torch.Tensor,
-                   targets: torch.Tensor, cp_mesh: dtensor.DeviceMesh | None) -> torch.Tensor:
-    """One step of the schedule (Note [pipeline stages]): the first stage gives the tokens,
-    the last the targets and gets the micro-batches' losses; the step's loss (the mean of
-    them) on the last stage, zero on the others."""
+def _pipeline_step(schedule: Any, stage: llama.LlamaStage | llama.RankStages,
+                   inputs: torch.Tensor, targets: torch.Tensor,
+                   cp_mesh: dtensor.DeviceMesh | None) -> torch.Tensor:
+    """One step of the schedule (Note [pipeline stages]): the rank of the first stage gives
+    the tokens, that of the last the targets and gets the micro-batches' losses; the step's
+    loss (the mean of them) there, zero on the others."""
     first, last = stage.tok_embeddings is not None, stage.output is not None
     buffers = [t for t, on in ((inputs, first), (targets, last)) if on]
+    tables = [t for part in getattr(stage, "stages", [stage])
+              for t in (part.freqs_cos, part.freqs_sin)]
     cut = contextlib.nullcontext() if cp_mesh is None else context_parallel(
-        cp_mesh, buffers=[*buffers, stage.freqs_cos, stage.freqs_sin],
-        buffer_seq_dims=[1] * len(buffers) + [0, 0])
+        cp_mesh, buffers=[*buffers, *tables],
+        buffer_seq_dims=[1] * len(buffers) + [0] * len(tables))
     losses: list[torch.Tensor] = []
     with cut, loss_parallel():
         schedule.step(*((inputs,) if first else ()), target=targets if last else None,

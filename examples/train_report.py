@@ -60,7 +60,12 @@ def parallelisms(args: argparse.Namespace) -> list[str]:
     data = {"fsdp": "HSDP" if getattr(args, "rep_size", 1) > 1 else "fully sharded",
             "replicate": "replicated", "none": ""}[args.dp]
     pp = getattr(args, "pp", 1)
-    schedule = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(getattr(args, "pp_schedule", ""), "")
+    schedule = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B",
+                "looped-bfs": "looped BFS", "zb": "interleaved zero bubble",
+                "zbv": "zero-bubble V", "dualpipev": "DualPipeV"}.get(
+        getattr(args, "pp_schedule", ""), "")
+    if getattr(args, "pp_stages_per_rank", 1) > 1:
+        schedule += f", {args.pp_stages_per_rank} stages a rank"
     return [p for p, on in ((f"pipeline ({schedule})", pp > 1), (data, args.dp != "none"),
                             ("context" + (" (ring)" if getattr(args, "cp_rotate", "") ==
                                           "alltoall" else ""), getattr(args, "cp_size", 1) > 1),

@@ -23,7 +23,17 @@ QUICK = ["--seq", "8", "--quiet", "--trace-file", ""]
     ["--pp", "2", "--mesh", "1x2x1", "--accumulate", "3", "--batch", "3"],  # pp x cp, 3 mbs
     ["--pp", "2", "--mesh", "2x1x2"],  # pp x dp x tp: the whole stack, bf16
     ["--pp", "2", "--mesh", "2x2x2", "--pp-schedule", "zb"],  # zero bubble, pp x dp x cp x tp
-], ids=["pp+tp", "pp+fsdp-gpipe", "pp+cp-checkpointed", "pp+fsdp+tp-bf16", "zb-whole-stack"])
+    # Note [stages a rank]: several stages a rank, each parallelized as the whole model is
+    ["--pp", "2", "--mesh", "1x2", "--model", "small", "--pp-schedule", "interleaved",
+     "--pp-stages-per-rank", "2", "--accumulate", "2"],
+    ["--pp", "2", "--mesh", "2x1x2", "--model", "small", "--pp-schedule", "looped-bfs",
+     "--pp-stages-per-rank", "2"],
+    ["--pp", "2", "--mesh", "2x2x2", "--model", "small", "--pp-schedule", "zbv"],
+    ["--pp", "2", "--mesh", "2x1", "--model", "small", "--pp-schedule", "dualpipev",
+     "--accumulate", "4", "--batch", "8"],
+], ids=["pp+tp", "pp+fsdp-gpipe", "pp+cp-checkpointed", "pp+fsdp+tp-bf16", "zb-whole-stack",
+        "interleaved-v2+tp", "looped-bfs-v2+fsdp+tp-checkpointed", "zbv-whole-stack",
+        "dualpipev+fsdp"])
 def test_pipelined_stages_train_like_one_device(argv, capsys):
     assert train.main(argv + ["--steps", "2"] + QUICK) == 0, capsys.readouterr().out
 
@@ -38,6 +48,29 @@ def test_each_rank_holds_only_its_stages_parameters():
     assert not first & last
     # every rank reports the step's loss, the last stage's
     assert all(r.losses == results[-1].losses for r in results)
+
+
+def test_a_rank_of_a_v_schedule_holds_the_first_and_the_last_stage():
+    # zbv on pp=2, small (4 blocks): rank 0 holds stages 0 and 3, rank 1 stages 1 and 2
+    args = train.parse_args(["--pp", "2", "--mesh", "1x1", "--model", "small",
+                             "--pp-schedule", "zbv", "--steps", "1"] + QUICK)
+    results = train.run_simulated(args)
+    held = [{name.split(".")[0] if not name.startswith("layers.") else
+             ".".join(name.split(".")[:2]) for name, *_ in r.params} for r in results]
+    assert held[0] == {"tok_embeddings", "layers.0", "layers.3", "norm", "output"}
+    assert held[1] == {"layers.1", "layers.2"}
+    assert all(r.losses == results[0].losses for r in results)
+
+
+def test_a_checkpoint_of_a_v_schedule_resumes_on_one_stage_a_rank(tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    ck = str(tmp_path / "ck")
+    small = ["--model", "small"]
+    train.run_simulated(train.parse_args(["--pp", "2", "--mesh", "1x2", "--pp-schedule",
+                                          "zbv", "--steps", "1", "--save", ck] + small
+                                         + QUICK))
+    assert train.main(["--pp", "2", "--mesh", "1x2", "--steps", "3", "--resume", ck] + small
+                      + QUICK) == 0, capsys.readouterr().out
 
 
 def _one_process(path: str) -> dict[str, torch.Tensor]:
@@ -89,6 +122,14 @@ def test_training_resumed_across_layouts_goes_on_like_one_device(tmp_path, capsy
     (["--pp", "2", "--mesh", "2x2", "--dp", "replicate"], "a pipeline stage is fully sharded"),
     (["--pp", "2", "--mesh", "2x1x2", "--pp-schedule", "zb", "--checkpoint-activations"],
      "a checkpointed block of a fully sharded stage cannot be recomputed in a weight half"),
+    (["--pp", "2", "--pp-schedule", "1f1b", "--pp-stages-per-rank", "2"],
+     "--pp-stages-per-rank 2 with --pp-schedule 1f1b: expected 1"),
+    (["--pp", "2", "--pp-schedule", "zbv", "--pp-stages-per-rank", "3"],
+     "--pp-stages-per-rank 3 with --pp-schedule zbv: expected 2"),
+    (["--pp", "2", "--pp-schedule", "interleaved", "--pp-stages-per-rank", "2"],
+     r"--pp 2 x --pp-stages-per-rank 2 stages with --model tiny \(2 blocks\)"),
+    (["--pp", "2", "--model", "small", "--pp-schedule", "dualpipev", "--accumulate", "2"],
+     "dualpipev with --accumulate 2: expected at least 2 x --pp = 4 micro-batches"),
 ])
 def test_pipeline_arguments_that_cannot_work_are_refused(capsys, argv, message):
     import re

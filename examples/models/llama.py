@@ -277,6 +277,34 @@ class LlamaStage(nn.Module):
         return self.output(self.norm(h)) if self.output is not None else h
 
 
+class RankStages(nn.Module):
+    """The stages one rank holds under an interleaved or V schedule, as one module under the
+    whole model's names (the blocks of every stage in one ``ModuleDict``, the embedding and
+    the output where a stage has them), for what sees the rank's parameters at once: the
+    optimizer, checkpoints, gradient clipping, reports. The modules are the stages' own; each
+    stage (``stages``, not registered here) runs its own forward in the schedule.
+
+    >>> model = Llama(PRESETS["small"])
+    >>> both = RankStages([LlamaStage(model, 0, 4), LlamaStage(model, 3, 4)])
+    >>> sorted(both.layers), both.output is model.output
+    (['0', '3'], True)
+    """
+
+    def __init__(self, stages: list[LlamaStage]) -> None:
+        super().__init__()
+        self.stages = list(stages)  # a plain list: their modules are registered below
+        self.config = stages[0].config
+        self.tok_embeddings = next((s.tok_embeddings for s in stages
+                                    if s.tok_embeddings is not None), None)
+        self.layers = nn.ModuleDict({k: m for s in stages for k, m in s.layers.items()})
+        self.norm = next((s.norm for s in stages if s.norm is not None), None)
+        self.output = next((s.output for s in stages if s.output is not None), None)
+
+    def forward(self, *args: Any) -> Any:
+        raise RuntimeError("RankStages holds several pipeline stages: each runs its own "
+                           "forward in the schedule (RankStages.stages)")
+
+
 def stage_plan(plan: dict[str, Any], stage: LlamaStage) -> dict[str, Any]:
     """The keys of a plan for the whole model (``tp_plan``) that name modules this stage
     holds: the embedding's on the first stage only, the norm's and output's on the last."""
