@@ -112,7 +112,6 @@ PP_SCHEDULES = {"gpipe": (ScheduleGPipe, 1), "1f1b": (Schedule1F1B, 1),
                 # ZB1P's order, each backward in an input and a weight half
                 "zb": (ScheduleInterleavedZeroBubble, None),
                 "zbv": (ScheduleZBVZeroBubble, 2), "dualpipev": (ScheduleDualPipeV, 2)}
-SPLIT_BACKWARD = {"zb", "zbv", "dualpipev"}  # Note [zero bubble] in dtensor.pipelining
 V_SHAPED = {"zbv", "dualpipev"}  # rank r holds stages r and 2 pp - 1 - r
 # Note [bf16 reference]: the default --tolerance per compute dtype
 TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-3}
@@ -149,8 +148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pp-schedule", choices=sorted(PP_SCHEDULES), default="1f1b",
                    help="the pipeline schedule (default 1f1b; interleaved, looped-bfs and "
                    "zb take several stages a rank, zbv and dualpipev two; zb, zbv, "
-                   "dualpipev split backwards into input and weight halves, no checkpointed "
-                   "blocks); --accumulate micro-batches")
+                   "dualpipev split backwards into input and weight halves); --accumulate "
+                   "micro-batches")
     p.add_argument("--pp-stages-per-rank", type=int, metavar="V",
                    help="pipeline stages each pp rank holds (Note [stages a rank]; default 2 "
                    "for zbv and dualpipev, else 1): the model is cut into pp x V stages")
@@ -222,8 +221,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.dtype = "bfloat16" if whole_stack and args.dp == "fsdp" else "float32"
     if args.accumulate is None:
         args.accumulate = 2 if whole_stack else 1
-    if args.checkpoint_activations is None:  # zb: Note [zero bubble] in dtensor.pipelining
-        args.checkpoint_activations = whole_stack and args.pp_schedule not in SPLIT_BACKWARD
+    if args.checkpoint_activations is None:
+        args.checkpoint_activations = whole_stack
     if args.pp_stages_per_rank is None:
         args.pp_stages_per_rank = PP_SCHEDULES[args.pp_schedule][1] or 1
     if args.tolerance is None:
@@ -250,13 +249,6 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.pp > 1 and args.pp_schedule == "dualpipev" and args.accumulate < 2 * args.pp:
         p.error(f"--pp-schedule dualpipev with --accumulate {args.accumulate}: expected at "
                 f"least 2 x --pp = {2 * args.pp} micro-batches")
-    if args.pp > 1 and args.pp_schedule in SPLIT_BACKWARD and args.checkpoint_activations \
-            and args.dp == "fsdp":
-        p.error(f"--pp-schedule {args.pp_schedule} with --checkpoint-activations over fsdp: a "
-                "checkpointed "
-                "block of a fully sharded stage cannot be recomputed in a weight half yet "
-                "(Note [zero bubble] in dtensor/pipelining/schedules.py); pass "
-                "--no-checkpoint-activations")
     if args.pp > 1 and args.dp == "replicate":
         p.error("--pp with --dp replicate: a pipeline stage is fully sharded (--dp fsdp) or "
                 "not data parallel (--dp none)")

@@ -180,25 +180,32 @@ class _AttentionMode(TorchFunctionMode):
         plain ``loss.backward()`` is started here with this mode back on the stack, from the
         outputs' gradient edges: ``torch.autograd.backward`` of edges is no torch function
         call. Explicit gradients (a pipeline stage's ``torch.autograd.backward(outputs,
-        grads)``) go the same way. Anything else (``inputs``, outputs that need no gradient,
-        non-scalars without gradients) goes to torch as called, its errors included."""
+        grads)``) and ``inputs`` (a zero-bubble schedule's input half) go the same way.
+        Anything else (outputs that need no gradient, non-scalars without gradients) goes to
+        torch as called, its errors included."""
         options = dict(kwargs)
         grad = args[1] if len(args) > 1 else options.pop("gradient",
                                                          options.pop("grad_tensors", None))
         tensors = (args[0],) if isinstance(args[0], torch.Tensor) else tuple(args[0])
         grads = None if grad is None else [grad] if isinstance(grad, torch.Tensor) \
             else list(grad)
-        if len(args) > 2 or options.get("inputs") is not None or any(
+        if len(args) > 2 or any(
                 not isinstance(t, torch.Tensor) or not t.requires_grad for t in tensors) \
                 or (grads is None and any(t.numel() != 1 for t in tensors)) \
                 or (grads is not None and (len(grads) != len(tensors) or any(
                     not isinstance(g, torch.Tensor) for g in grads))):
             return func(*args, **kwargs)
         edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
+        inputs = options.get("inputs")  # as edges too: a tensor would come back here
+        if inputs is not None:
+            inputs = [torch.autograd.graph.get_gradient_edge(t)
+                      if isinstance(t, torch.Tensor) else t
+                      for t in ((inputs,) if isinstance(inputs, torch.Tensor) else inputs)]
         with self:
             torch.autograd.backward(edges, grads or [torch.ones_like(t) for t in tensors],
                                     retain_graph=options.get("retain_graph"),
-                                    create_graph=options.get("create_graph", False))
+                                    create_graph=options.get("create_graph", False),
+                                    inputs=inputs)
         return None
 
 

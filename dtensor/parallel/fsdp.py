@@ -80,7 +80,8 @@ from dtensor.layout import box_shape, check_layout, local_box
 from dtensor.mesh import DeviceMesh
 from dtensor.parallel.errors import FullyShardError
 from dtensor.parallel.fsdp_comm import GradPiece, PendingGather, Pieces, pieces_of
-from dtensor.parallel.fsdp_hooks import Run, after_forward, before_forward, reduce_accumulated
+from dtensor.parallel.fsdp_hooks import (Run, after_forward, backward_outside, before_forward,
+                                         reduce_accumulated)
 from dtensor.parallel.mixed_precision import MixedPrecisionPolicy
 from dtensor.placements import Partial, Placement, PlacementError, Replicate, Shard
 from dtensor.redistribute import redistribute_local_tensor
@@ -180,6 +181,17 @@ class FSDPModule:
             state = data_parallel_state(module)
             if state is not None:
                 reduce_accumulated(state)
+
+    def backward_outside(self) -> Callable[[], None]:
+        """Treat what runs from now until the returned function is called as part of this
+        module's backward (not recursive): a forward of the module in between (a checkpointed
+        region recomputed) is a recomputation, and the gathered parameters are freed at the
+        end. For a caller that runs part of a backward outside autograd's pass through the
+        module (a pipeline's weight half: Note [a weight half inside fully_shard] in
+        dtensor/parallel/fsdp_hooks.py)."""
+        assert isinstance(self, nn.Module)
+        state = data_parallel_state(self)
+        return (lambda: None) if state is None else backward_outside(state)
 
     def set_modules_to_forward_prefetch(self, modules: list[FSDPModule]) -> None:
         """Issue the gathers of ``modules`` right after this module's own, before its forward

@@ -31,6 +31,19 @@ the outputs' hook has just re-gathered, as fresh tensors that require grad, so t
 ops save exactly what the first forward saved. The module's backward (the reduce-scatter)
 puts the stored parameters back and frees the gathered ones.
 
+Note [a weight half inside fully_shard]
+A zero-bubble pipeline schedule runs each backward in two (Note [zero bubble] in
+dtensor/pipelining/schedules.py): the input half ends the module's backward as far as these
+hooks see (the outputs' hook ran, the end-of-backward callback freed the gathered
+parameters); the weight half then runs later, with no hook of the module's. A checkpointed
+region inside the module is recomputed there, and its forward would be taken for a new one
+(a new gather through a new autograd node: torch's checkpoint sees other tensors saved).
+``backward_outside`` marks the module as in backward for the weight half, so a forward there
+is a recomputation (Note [recomputed forward]: it regathers into the saved storage and hands
+the forward fresh gathered pieces); after the weight half the gathered parameters are freed
+as at the end of any backward. With sync off (every half, Note [zero bubble]) the weights'
+gradients reach the accumulating leaves, so nothing else changes.
+
 Note [gradient accumulation]
 ``set_requires_gradient_sync(False)`` (torch's name) makes a module's backward keep its
 gradients unreduced, in the gathered layout (in ``reduce_dtype`` when one is set), summed
@@ -497,6 +510,15 @@ def _before_backward(state: _State) -> None:
     _regather(state)
     for target in _backward_targets(state):  # after this module's regather, before its compute
         _prefetch_backward(target)
+
+
+def backward_outside(state: _State) -> Callable[[], None]:
+    """Mark the module as in its backward for a backward that runs outside it (a pipeline's
+    weight half: Note [a weight half inside fully_shard]); returns what ends it."""
+    if state.in_backward:
+        return lambda: None
+    state.in_backward = True
+    return lambda: _end_backward(state)
 
 
 def _end_backward(state: _State) -> None:

@@ -18,15 +18,12 @@ of the gradient in the forward's placements).
 
 from __future__ import annotations
 
-import os
 import pickle
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.utils.checkpoint
 from torch import nn
 
 from dtensor.comm.activity import doing
@@ -177,21 +174,15 @@ class PipelineStage:
         if half is None:
             raise PipeliningError(f"stage {self.stage_index}: the weight backward of "
                                   f"micro-batch {mb} comes before its input backward")
+        # Note [a weight half inside fully_shard] in dtensor/parallel/fsdp_hooks.py
+        ends = [mod.backward_outside() for mod in self.submod.modules()
+                if hasattr(mod, "backward_outside")]
         with doing(self._action("backward (weights)", mb, n_microbatches)):
             try:
                 half.run()
-            except Exception as e:
-                if not (_recomputing(e) and any(hasattr(mod, "reduce_accumulated_gradients")
-                                                for mod in self.submod.modules())):
-                    raise
-                raise PipeliningError(
-                    f"stage {self.stage_index}: a checkpointed region of a fully sharded "
-                    f"module was recomputed in the weight half of micro-batch {mb}'s "
-                    f"backward, outside fully_shard's backward, so it did not recompute as "
-                    f"its forward ran: activation checkpointing inside fully sharded stages "
-                    f"is not supported by the zero-bubble schedules yet (Note [zero bubble] "
-                    f"in schedules.py); checkpoint outside fully_shard, or use Schedule1F1B"
-                ) from e
+            finally:
+                for end in ends:
+                    end()
 
     def sync_gradients(self, sync: bool) -> None:
         """Whether the next forward or backward reduces gradients over dp, where the module
@@ -409,16 +400,6 @@ class PipelineStage:
         if p is None:
             return torch.device("cpu")
         return (p._local_tensor if isinstance(p, DTensor) else p).device
-
-
-def _recomputing(error: BaseException) -> bool:
-    """Whether ``error`` was raised while torch's checkpoint recomputed a region."""
-    return isinstance(error, torch.utils.checkpoint.CheckpointError) or any(
-        frame.f_code.co_filename.endswith(_CHECKPOINT_FILE)
-        for frame, _ in traceback.walk_tb(error.__traceback__))
-
-
-_CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def _header(v: torch.Tensor) -> tuple:

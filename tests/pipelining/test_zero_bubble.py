@@ -206,11 +206,16 @@ class Checkpointed(nn.Module):
         return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
 
 
-def test_checkpointed_regions_are_exact_in_plain_stages_and_refused_in_fully_sharded_ones():
-    """Note [zero bubble]: a plain stage's checkpointed region is recomputed once per half
-    that reads it, exactly; inside fully_shard the weight half's recomputation cannot match
-    the forward yet, which is a PipeliningError naming the stage, not torch's bare
-    CheckpointError."""
+@pytest.mark.parametrize("schedule_cls, m", [(ScheduleZBVZeroBubble, 2),
+                                             (ScheduleZBVZeroBubble, 3),
+                                             (ScheduleDualPipeV, 4),
+                                             (ScheduleInterleavedZeroBubble, 2)])
+def test_checkpointed_regions_are_exact_in_plain_and_fully_sharded_stages(schedule_cls, m):
+    """Note [zero bubble]: a checkpointed region is recomputed once per half that reads it,
+    exactly; inside fully_shard the weight half recomputes as fully_shard's backward would
+    (Note [a weight half inside fully_shard]): checkpointed fully sharded blocks, as the main
+    job has them, train like one device."""
+    from tests.pipelining.test_schedules import _one_device_dp
     torch.manual_seed(0)
     mod = Checkpointed(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)))
     x, g = torch.randn(3, 4), torch.randn(3, 4)
@@ -221,24 +226,43 @@ def test_checkpointed_regions_are_exact_in_plain_stages_and_refused_in_fully_sha
     for p, q in zip(mod.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
 
+    data = _data(2, 16)
+    start = _model(4)
+    _, want = _one_device_dp(copy.deepcopy(start), data, m=m, dp=2)
+    v_shape = schedule_cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
+
     def rank():
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
-        r = mesh.get_local_rank("pp")
+        r, d = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+        model = copy.deepcopy(start)
+        modules = _stage_modules(model, 4)
+        indices = [r, 3 - r] if v_shape else [r, r + 2]
         mine = []
-        for _ in range(2):  # as the main job: checkpointed fully sharded blocks, a sharded root
-            blocks = [Checkpointed(fully_shard(nn.Sequential(nn.Linear(4, 4), nn.Tanh(),
-                                                             nn.Linear(4, 4)), mesh["dp"]))
-                      for _ in range(2)]
-            mine.append(fully_shard(nn.Sequential(*blocks), mesh["dp"]))
+        for i in indices:  # as the main job: checkpointed fully sharded blocks, a sharded root
+            mod = modules[i]
+            for k, block in enumerate(list(mod)):
+                mod[k] = Checkpointed(fully_shard(block, mesh["dp"]))
+            mine.append(fully_shard(mod, mesh["dp"]))
         stages = [PipelineStage(mod, i, 4, group=mesh.get_group("pp"))
-                  for mod, i in zip(mine, (r, 3 - r))]
-        schedule = ScheduleZBVZeroBubble(stages, 2, loss_fn=_loss)
-        x, y = torch.randn(4, 4), torch.randn(4, 4)
-        schedule.step(x, target=y) if r == 0 else schedule.step()
+                  for mod, i in zip(mine, indices)]
+        schedule = schedule_cls(stages, m, loss_fn=_loss)
+        params = [p for mod in mine for p in mod.parameters()]
+        opt = torch.optim.SGD(params, lr=0.1)
+        for x, y in data:
+            x, y = x.chunk(2)[d], y.chunk(2)[d]
+            kwargs = {"target": y} if 3 in indices else {}
+            schedule.step(x, **kwargs) if 0 in indices else schedule.step(**kwargs)
+            opt.step()
+            opt.zero_grad()
+        names = {id(p): n.replace(".inner", "") for n, p in model.named_parameters()}
+        return {names[id(p)]: p.full_tensor().detach() for p in params}
 
-    with pytest.raises(PipeliningError, match="a checkpointed region of a fully sharded "
-                                              "module was recomputed in the weight half"):
-        simpg.run(rank, 4, timeout=60)
+    seen = set()
+    for weights in simpg.run(rank, 4, timeout=60):
+        for name, w in weights.items():
+            torch.testing.assert_close(w, want[name], msg=name)
+            seen.add(name)
+    assert seen == set(want)
 
 
 def test_misplaced_stages_are_refused():
