@@ -11,8 +11,8 @@ run (``KNOWN_TORCH_ARTIFACTS``); simpg gives each rank its own RNG, seeded alike
 processes are, and passes them.
 
 Measured with ``benchmarks/bench_porting.py`` (which runs both bases; this 2-core host):
-every float32 OpInfo (677) in 270.6 s on simpg against 554.0 s on torch's threaded base
-(0.49; before each sharding decision was made once per world, Note [one propagation for
+every float32 OpInfo (677) in 268-271 s on simpg against 452-554 s on torch's threaded base
+(0.49-0.59 over two runs; before each sharding decision was made once per world, Note [one propagation for
 every rank] in simpg/propagation_share.py, parity: 36.9 s against 37.6 s on 120 OpInfos).
 
 A slow test (``-m slow``), in a subprocess of its own: torch's threaded process group leaves
