@@ -151,9 +151,19 @@ def test_tensor_parallel_stages_train_like_one_device(schedule_cls):
 def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
     """pp x dp, two fully sharded stages a rank: every half with gradient sync off, one
     reduce-scatter per module per step (Note [zero bubble])."""
+    with simpg.trace() as t:
+        _check_fully_sharded_stages(schedule_cls, m, n_blocks=8, checkpointed=False)
+    # 2 steps x 4 stages x 2 blocks with parameters, one dp group's collective each
+    assert len([r for r in t.records if r.op.startswith("reduce_scatter")]) == 2 * 4 * 2
+
+
+def _check_fully_sharded_stages(schedule_cls, m: int, n_blocks: int, checkpointed: bool):
+    """pp=2 x dp=2, two fully sharded stages a rank (each block fully sharded, in a
+    checkpointed region if ``checkpointed``, under a sharded root): every weight after two
+    steps equals one device's."""
     from tests.pipelining.test_schedules import _one_device_dp
     data = _data(2, 16)
-    start = _model(8)
+    start = _model(n_blocks)
     _, want = _one_device_dp(copy.deepcopy(start), data, m=m, dp=2)
     v_shape = schedule_cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
 
@@ -165,8 +175,10 @@ def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
         indices = [r, 3 - r] if v_shape else [r, r + 2]
         mine = [modules[i] for i in indices]
         for mod in mine:
-            for block in mod:
+            for k, block in enumerate(list(mod)):
                 fully_shard(block, mesh["dp"])
+                if checkpointed:
+                    mod[k] = Checkpointed(block)
             fully_shard(mod, mesh["dp"])
         stages = [PipelineStage(mod, i, 4, group=mesh.get_group("pp"))
                   for mod, i in zip(mine, indices)]
@@ -182,16 +194,12 @@ def test_fully_sharded_stages_train_like_one_device(schedule_cls, m):
         names = {id(p): n for n, p in model.named_parameters()}
         return {names[id(p)]: p.full_tensor().detach() for p in params}
 
-    with simpg.trace() as t:
-        results = simpg.run(rank, 4)
     seen = set()
-    for weights in results:
+    for weights in simpg.run(rank, 4, timeout=60):
         for name, w in weights.items():
             torch.testing.assert_close(w, want[name], msg=name)
             seen.add(name)
     assert seen == set(want)
-    # 2 steps x 4 stages x 2 blocks with parameters, one dp group's collective each
-    assert len([r for r in t.records if r.op.startswith("reduce_scatter")]) == 2 * 4 * 2
 
 
 class Checkpointed(nn.Module):
@@ -215,7 +223,6 @@ def test_checkpointed_regions_are_exact_in_plain_and_fully_sharded_stages(schedu
     exactly; inside fully_shard the weight half recomputes as fully_shard's backward would
     (Note [a weight half inside fully_shard]): checkpointed fully sharded blocks, as the main
     job has them, train like one device."""
-    from tests.pipelining.test_schedules import _one_device_dp
     torch.manual_seed(0)
     mod = Checkpointed(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)))
     x, g = torch.randn(3, 4), torch.randn(3, 4)
@@ -226,43 +233,7 @@ def test_checkpointed_regions_are_exact_in_plain_and_fully_sharded_stages(schedu
     for p, q in zip(mod.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
 
-    data = _data(2, 16)
-    start = _model(4)
-    _, want = _one_device_dp(copy.deepcopy(start), data, m=m, dp=2)
-    v_shape = schedule_cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
-
-    def rank():
-        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
-        r, d = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
-        model = copy.deepcopy(start)
-        modules = _stage_modules(model, 4)
-        indices = [r, 3 - r] if v_shape else [r, r + 2]
-        mine = []
-        for i in indices:  # as the main job: checkpointed fully sharded blocks, a sharded root
-            mod = modules[i]
-            for k, block in enumerate(list(mod)):
-                mod[k] = Checkpointed(fully_shard(block, mesh["dp"]))
-            mine.append(fully_shard(mod, mesh["dp"]))
-        stages = [PipelineStage(mod, i, 4, group=mesh.get_group("pp"))
-                  for mod, i in zip(mine, indices)]
-        schedule = schedule_cls(stages, m, loss_fn=_loss)
-        params = [p for mod in mine for p in mod.parameters()]
-        opt = torch.optim.SGD(params, lr=0.1)
-        for x, y in data:
-            x, y = x.chunk(2)[d], y.chunk(2)[d]
-            kwargs = {"target": y} if 3 in indices else {}
-            schedule.step(x, **kwargs) if 0 in indices else schedule.step(**kwargs)
-            opt.step()
-            opt.zero_grad()
-        names = {id(p): n.replace(".inner", "") for n, p in model.named_parameters()}
-        return {names[id(p)]: p.full_tensor().detach() for p in params}
-
-    seen = set()
-    for weights in simpg.run(rank, 4, timeout=60):
-        for name, w in weights.items():
-            torch.testing.assert_close(w, want[name], msg=name)
-            seen.add(name)
-    assert seen == set(want)
+    _check_fully_sharded_stages(schedule_cls, m, n_blocks=4, checkpointed=True)
 
 
 def test_misplaced_stages_are_refused():
