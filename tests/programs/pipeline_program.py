@@ -25,7 +25,7 @@ TIMEOUT = timedelta(seconds=120)
 PP, M, BATCH, DIM = 2, 4, 8, 6
 SCHEDULES = {"ScheduleGPipe": 1, "Schedule1F1B": 1, "ScheduleLoopedBFS": 2,
              "ScheduleInterleaved1F1B": 2, "ScheduleInterleavedZeroBubble": 2,
-             "ScheduleZBVZeroBubble": 2}
+             "ScheduleZBVZeroBubble": 2, "ScheduleDualPipeV": 2}
 
 
 def model(n_layers: int) -> nn.Sequential:
@@ -43,7 +43,7 @@ def data() -> list[tuple[torch.Tensor, torch.Tensor]]:
 def placement(name: str, rank: int) -> list[int]:
     """The stages rank ``rank`` holds under schedule ``name``."""
     v = SCHEDULES[name]
-    if name == "ScheduleZBVZeroBubble":
+    if name in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
         return [rank, 2 * PP - 1 - rank]
     return list(range(rank, PP * v, PP))
 
