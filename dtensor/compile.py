@@ -69,7 +69,7 @@ def binding(mesh: DeviceMesh) -> tuple:
     >>> simpg.run(lambda: binding(init_device_mesh("cpu", (2,)))[0], 2)
     [(0,), (1,)]
     """
-    found = mesh.__dict__.get("_traced_binding")
+    found = mesh.__dict__.get("_traced_binding")  # Note [per-mesh caches] in mesh.py
     if found is None:
         names = tuple(g.group_name if g is not None else None for g in mesh._dim_groups)
         found = mesh.__dict__["_traced_binding"] = (mesh._coord, names)

@@ -22,6 +22,7 @@ import os
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -243,6 +244,14 @@ class DeviceMesh(metaclass=OpaqueBaseMeta):  # a graph input: Note [the mesh in 
         self._coord: tuple[int, ...] | None = next(
             (c for c, r in self._rank_at.items() if r == me), None)
         self._dim_groups: list[dist.ProcessGroup | None] = [None] * spec.ndim
+        # Note [per-mesh caches]: what a layer keeps per mesh, because its entries hold this
+        # mesh's process groups or this rank's coordinate; declared here, filled by its owner
+        # (read through __dict__, as the compiled fast path does, so a mesh stand-in without
+        # them in a traced graph reads as empty)
+        self._fast_plans: dict[tuple, Any] = {}  # dispatch: the fast path (entry.py, native/)
+        self._dispatch_plans: dict[tuple, Any] = {}  # dispatch/plans.py: op plans
+        self._redistribute_programs: dict[tuple, Any] = {}  # redistribute/execute.py
+        self._traced_binding: tuple | None = None  # compile.py: coordinate and group names
 
     def _create_dim_groups(self) -> None:
         # Note [Creating groups]

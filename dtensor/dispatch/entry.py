@@ -119,7 +119,7 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
                     key = tuple(key)
         if type(key) is list:
             return _dispatch(cls, func, args, kwargs or {})
-    fast = mesh.__dict__.get("_fast_plans")
+    fast = mesh.__dict__.get("_fast_plans")  # Note [per-mesh caches] in mesh.py
     entry = fast.get(key) if fast is not None else None
     if entry is None or debug.recording() or _check_plain.get() \
             or (torch.is_inference_mode_enabled() and func.is_view):  # Note [inference mode]

@@ -33,7 +33,7 @@ class _Plan:
 # Plans hold this rank's mesh (its process groups), so each mesh keeps its own:
 # (op, described args, described kwargs, pinned) -> plan, one dict lookup per op.
 def _plans_of(mesh: Any) -> dict[tuple, _Plan]:
-    plans = mesh.__dict__.get("_dispatch_plans")
+    plans = mesh.__dict__.get("_dispatch_plans")  # Note [per-mesh caches] in mesh.py
     if plans is None:
         plans = mesh.__dict__["_dispatch_plans"] = {}
     return plans

@@ -128,7 +128,7 @@ def program(mesh: DeviceMesh, src_placements: Sequence[Placement | int],
     """
     shape = global_shape if type(global_shape) is tuple else tuple(global_shape)
     key = (tuple(src_placements), tuple(dst_placements), shape)
-    programs = mesh.__dict__.get("_redistribute_programs")
+    programs = mesh.__dict__.get("_redistribute_programs")  # Note [per-mesh caches] in mesh.py
     if programs is None:
         programs = mesh.__dict__["_redistribute_programs"] = {}
     try:
