@@ -94,9 +94,10 @@ from dtensor import DTensor
 from dtensor.experimental import context_parallel, get_rotate_method, set_rotate_method
 from dtensor.parallel import (FSDPModule, MixedPrecisionPolicy, fully_shard, loss_parallel,
                               parallelize_module, replicate, state_bytes)
-from dtensor.pipelining import (PipelineStage, Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe,
-                                ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
-                                ScheduleLoopedBFS, ScheduleZBVZeroBubble)
+from dtensor.pipelining import (PipelineScheduleSingle, PipelineStage, Schedule1F1B,
+                                ScheduleDualPipeV, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                ScheduleInterleavedZeroBubble, ScheduleLoopedBFS,
+                                ScheduleZBVZeroBubble)
 from examples.models import llama
 from examples.models.meta_init import meta_build
 from examples.train_report import WEIGHT_TOLERANCE
@@ -465,7 +466,7 @@ def train_rank(args: argparse.Namespace, trace_steps: bool = False) -> RankResul
         stages = [PipelineStage(part, i, n_stages, group=group, mesh=mesh["tp"])
                   for part, i in zip(parts, stage_indices)]
         cls, _ = PP_SCHEDULES[args.pp_schedule]
-        schedule = cls(stages[0] if cls in (ScheduleGPipe, Schedule1F1B) else stages,
+        schedule = cls(stages[0] if issubclass(cls, PipelineScheduleSingle) else stages,
                        args.accumulate, loss_fn=compute_loss)
     opt = make_optimizer(model.parameters(), args)
     # this rank's place among the dp x cp ranks (row-major, cp fastest)

@@ -54,8 +54,8 @@ each sending as soon as it is done, where torch's runtime sends both after the p
 next rank starts sooner: ``bench_pipeline.py``'s transfer-free bubble 0.049 against torch's
 0.079 on 4 ranks and 8 micro-batches). It warms up with forwards down the V, uses input
 and weight halves where a rank would wait at the start and the end, and needs at least
-``2 * pp`` micro-batches. Each whole backward counts as both halves, so weight halves queued
-by input halves run in the order torch's queue gives.
+``2 * pp`` micro-batches. Weight halves run in the order their input halves queued them, as
+torch's queue gives.
 
 Note [schedule order]
 A schedule is the order of one stage's forward and backward micro-batches. GPipe: every
@@ -409,24 +409,21 @@ class ScheduleDualPipeV(ScheduleZBVZeroBubble):
 
     def _order(self, m: int) -> list[tuple[str, int, int]]:
         pp, r = self.pp_size, self.rank
-        done = {kind: [0, 0] for kind in "FIW"}  # micro-batches begun, per kind and stage
+        # micro-batches begun per stage: forwards, and backwards (whole or input halves)
+        done = {"F": [0, 0], "B": [0, 0]}
         weights: list[tuple[int, int]] = []  # input halves whose weight half is pending
         order: list[tuple[str, int, int]] = []
 
         def run(kind: str, k: int) -> None:
-            count = done["I" if kind == "B" else kind]
+            count = done["F" if kind == "F" else "B"]
             order.append((kind, k, count[k]))
             if kind == "I":
                 weights.append((k, count[k]))
-            elif kind == "B":  # a whole backward counts as both halves
-                done["W"][k] += 1
             count[k] += 1
 
         def weight() -> None:
             if weights:
-                k, mb = weights.pop(0)
-                order.append(("W", k, mb))
-                done["W"][k] += 1
+                order.append(("W", *weights.pop(0)))
 
         for _ in range(2 * (pp - r - 1)):
             run("F", 0)
@@ -437,7 +434,7 @@ class ScheduleDualPipeV(ScheduleZBVZeroBubble):
             run("I", 1)
             weight()
             run("F", 1)
-        for i in range(m - 2 * pp + r + 1):  # forward of one stage beside the other's backward
+        for _ in range(m - 2 * pp + r + 1):  # forward of one stage beside the other's backward
             run("F", 0)
             run("B", 1)
             run("F", 1)
