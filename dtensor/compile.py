@@ -76,23 +76,6 @@ def binding(mesh: DeviceMesh) -> tuple:
     return found
 
 
-class DynamicShapeError(NotImplementedError):
-    """A DTensor traced with symbolic sizes (Note [static shapes only]).
-
-    Note [static shapes only]
-    Sharding rules, the redistribute planner and the dispatch caches take global shapes as
-    ints, so a DTensor cannot be traced with symbolic sizes. Compile with
-    ``dynamic=False``; a new shape then compiles a new graph.
-    """
-
-    def __init__(self, spec: DTensorSpec, size: tuple[Any, ...]) -> None:
-        self.spec = spec
-        self.size = size
-        super().__init__(
-            f"a DTensor ({spec}) was traced with symbolic sizes {size}: dtensor supports "
-            f"static shapes only; compile with torch.compile(..., dynamic=False)")
-
-
 def _register_mesh() -> None:
     """Note [the mesh in a graph]
     A compiled graph calls DTensor methods that take the mesh (``redistribute(mesh, ...)``,

@@ -49,7 +49,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from dtensor.symbolic import shape_cache
 
 from dtensor.placements import Placement, PlacementError, Replicate, Shard, fmt_placements
 
@@ -119,7 +119,7 @@ def local_box(
     return _local_box(tuple(global_shape), tuple(mesh_shape), tuple(placements), tuple(coordinate))
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _local_box(
     global_shape: tuple[int, ...],
     mesh_shape: tuple[int, ...],
@@ -176,7 +176,7 @@ def check_layout(global_shape: Sequence[int], mesh_shape: Sequence[int],
         raise PlacementError(str(e)) from None  # from here: the layout's own frames say nothing
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _lays_out(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
               placements: tuple[Placement, ...]) -> bool:
     try:
@@ -228,7 +228,7 @@ def local_shape(
                         tuple(coordinate))
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _local_shape(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
                  placements: tuple[Placement, ...], coordinate: tuple[int, ...]
                  ) -> tuple[int, ...]:
@@ -254,7 +254,7 @@ def pieces(global_shape: Sequence[int], mesh_shape: Sequence[int],
                    tuple(coordinate))
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _pieces(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
             placements: tuple[Placement, ...], coordinate: tuple[int, ...]
             ) -> tuple[Intervals, ...]:
@@ -331,7 +331,7 @@ def refine(global_shape: Sequence[int], mesh_shape: Sequence[int],
                    tuple(tuple(pl) for pl in lists))
 
 
-@lru_cache(maxsize=4096)
+@shape_cache(maxsize=4096)
 def _refine(shape: tuple[int, ...], mesh_shape: tuple[int, ...],
             lists: tuple[tuple[Placement, ...], ...]) -> Refinement | None:
     blocks: dict[int, set[int]] = {}

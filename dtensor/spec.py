@@ -9,10 +9,22 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from dtensor.layout import local_shape
+from dtensor.symbolic import is_symbolic
 from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
 
 if TYPE_CHECKING:
     from dtensor.mesh import DeviceMesh
+
+
+def _hash_of(*fields: object) -> int | None:
+    """The hash of a spec's fields; None where a size is symbolic (Note [symbolic sizes] in
+    dtensor.symbolic), which has none."""
+    try:
+        return hash(fields)
+    except TypeError:
+        if is_symbolic(fields):
+            return None
+        raise
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -33,14 +45,21 @@ class TensorSpec:
     stride: tuple[int, ...]
     dtype: torch.dtype
     placements: tuple[Placement, ...]
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    _hash: int | None = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash",
-                           hash((self.shape, self.stride, self.dtype, self.placements)))
+        object.__setattr__(self, "_hash", _hash_of(self.shape, self.stride, self.dtype,
+                                                   self.placements))
 
     def __hash__(self) -> int:
+        if self._hash is None:  # Note [symbolic sizes] in dtensor.symbolic
+            raise TypeError(f"a TensorSpec of symbolic sizes {self.shape} has no hash")
         return self._hash
+
+    @property
+    def symbolic(self) -> bool:
+        """Its sizes hold a SymInt (a trace with dynamic shapes): no cache can key on it."""
+        return self._hash is None
 
     @property
     def ndim(self) -> int:
@@ -80,6 +99,10 @@ class DTensorSpec:
         # copies and pickles carry the value, not the cache (it holds process groups)
         t = self.tensor
         return (DTensorSpec, (self.mesh, t.placements, t.shape, t.stride, t.dtype))
+
+    @property
+    def symbolic(self) -> bool:
+        return self.tensor.symbolic
 
     def local_shape(self, coordinate: Sequence[int] | None = None) -> tuple[int, ...]:
         coord = coordinate if coordinate is not None else self.mesh.get_coordinate()

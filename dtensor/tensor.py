@@ -9,6 +9,8 @@ import sys
 from typing import Any, Sequence
 
 import torch
+
+from dtensor.symbolic import hint, sizes, sizes_symbolic
 from torch.utils import _foreach_utils
 
 from dtensor import _autograd, compile as _compile
@@ -100,6 +102,17 @@ class DTensor(torch.Tensor):
         return ["_local_tensor"], (self._spec, _compile.binding(self._spec.mesh),
                                    self.requires_grad)
 
+    @classmethod
+    def __metadata_guard__(cls, traced: tuple, given: tuple) -> bool:
+        # dynamo's guard on the flatten context: mesh, placements, dtype, binding and
+        # requires_grad. The sizes and strides are left to dynamo's own guards on the tensor,
+        # which know which dims are dynamic (Note [symbolic sizes] in dtensor.symbolic): an
+        # equality of specs would recompile at every new sequence length
+        (spec, binding, grad), (other, other_binding, other_grad) = traced, given
+        return (binding == other_binding and grad == other_grad and spec.mesh == other.mesh
+                and spec.placements == other.placements and spec.dtype == other.dtype
+                and len(spec.shape) == len(other.shape))
+
     @staticmethod
     def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: tuple, outer_size: Any,
                              outer_stride: Any) -> DTensor:
@@ -175,7 +188,7 @@ class DTensor(torch.Tensor):
             local_tensor.dim(), mesh.ndim, shape=local_tensor.shape)
         if mesh.get_coordinate() is None:
             # not a member: it holds nothing and takes part in no check (as in torch)
-            global_shape = (tuple(int(n) for n in shape) if shape is not None
+            global_shape = (sizes(shape) if shape is not None
                             else _even_global_shape(local_tensor.shape, mesh, placements))
             spec = DTensorSpec(mesh, placements, global_shape,
                                tuple(stride) if stride is not None
@@ -187,7 +200,7 @@ class DTensor(torch.Tensor):
                 shape = _even_global_shape(local_tensor.shape, mesh, placements)  # as given
             global_shape = check_local_shapes(local_tensor, mesh, placements, shape)
         elif shape is not None:
-            global_shape = tuple(int(s) for s in shape)
+            global_shape = sizes(shape)
         else:
             global_shape = _even_global_shape(local_tensor.shape, mesh, placements)
         if has_split_rule(placements) and not run_check:  # run_check compared every piece
@@ -331,11 +344,11 @@ def _is_int_tuple(v: object) -> bool:
 
 
 def _traced_spec(spec: DTensorSpec, outer_size: Any, outer_stride: Any) -> DTensorSpec:
-    """The spec a traced DTensor is rebuilt with: its sizes as the tracer gives them, which
-    must be plain ints (Note [static shapes only] in dtensor.compile)."""
+    """The spec a traced DTensor is rebuilt with: its sizes as the tracer gives them, ints
+    or SymInts (Note [symbolic sizes] in dtensor.symbolic)."""
     size, stride = tuple(outer_size), tuple(outer_stride)
-    if not all(type(v) is int for v in size + stride):
-        raise _compile.DynamicShapeError(spec, size)
+    if sizes_symbolic(size + stride):  # compared with ints, a SymInt would be guarded to them
+        return DTensorSpec(spec.mesh, spec.placements, size, stride, spec.dtype)
     if size == spec.shape and stride == spec.stride:
         return spec
     return DTensorSpec(spec.mesh, spec.placements, size, stride, spec.dtype)
@@ -345,12 +358,14 @@ def strides_like(local: torch.Tensor, shape: Sequence[int]) -> tuple[int, ...]:
     """Contiguous strides for ``shape`` with the dims in the order of ``local``'s strides
     (outermost first), as torch derives a DTensor's stride from its piece: a piece built
     transposed gives a transposed global layout."""
-    order = sorted(range(local.dim()), key=lambda d: (-local.stride(d), d))
+    # ordered at the hints: a comparison of symbolic strides would guard them
+    order = sorted(range(local.dim()), key=lambda d: (-hint(local.stride(d)), d))
     out = [0] * len(shape)
     acc = 1
     for d in reversed(order):
         out[d] = acc
-        acc *= max(int(shape[d]), 1)
+        size = shape[d]
+        acc *= torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(int(size), 1)
     return tuple(out)
 
 
@@ -383,7 +398,7 @@ def _runs_extent(p: Shard, local: int, mesh: DeviceMesh, mesh_dim: int) -> int:
 def make_dtensor(local: torch.Tensor, mesh: DeviceMesh, placements: Sequence[Placement],
                  global_shape: Sequence[int], *, requires_grad: bool = False) -> DTensor:
     """A leaf DTensor from this rank's piece (no autograd edge)."""
-    shape = tuple(int(s) for s in global_shape)
+    shape = sizes(global_shape)
     spec = DTensorSpec(mesh, tuple(placements), shape, contiguous_strides(shape), local.dtype)
     expected = spec.local_shape()
     if tuple(local.shape) != expected:

@@ -11,10 +11,11 @@ OpInfo's callable runs compiled (``CompiledEntry``). Tiers:
 - ``compiled_backward``: the same cases' gradients, through AOTAutograd's backward graph.
 - ``resized``: static shapes at a second size (the next sample whose tensors have other
   shapes), forward on the first mesh, after the first size's cases through the same compiled
-  function: each new shape compiles a new graph (Note [static shapes only] in
-  dtensor.compile), and a graph of the first size must not answer for the second.
+  function: each new shape compiles a new graph (``dynamic=False``), and a graph of the
+  first size must not answer for the second.
 - ``dynamic``: the DTensor inputs' dims of size >= 2 marked dynamic
-  (``torch._dynamo.mark_dynamic``), at both sizes, through one compiled function.
+  (``torch._dynamo.mark_dynamic``), at both sizes, through one compiled function (Note
+  [symbolic sizes] in dtensor.symbolic).
 
 The static cases of an entry go through one compiled function (one dynamo cache): each rank,
 each placement assignment and each size recompiles on its guards, so a graph reused where it

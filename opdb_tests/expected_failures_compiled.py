@@ -371,9 +371,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_upsample_bilinear2d_aa', 'dynamic'): {
         'DynamicShapeError outside dispatch': '_upsample_bilinear2d_aa[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 3, 10, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(...',
     },
-    ('abs', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'abs[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('acos', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'acos[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -506,9 +503,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('clamp_min', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'clamp_min[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('clone', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'clone[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('column_stack', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'column_stack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2, 1) torch.float32) was traced with symbolic sizes (s35, s16, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -601,9 +595,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('eq', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'eq[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('exp', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'exp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('expand', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'expand[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -800,9 +791,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('maximum', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'maximum[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('mean', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('median', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'median[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -827,9 +815,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('mm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('mul', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'mul[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('mv', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mv[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -850,9 +835,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('native_layer_norm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'native_layer_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fals',
-    },
-    ('neg', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'neg[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('new_zeros', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'new_zeros[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -1004,9 +986,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.prelu', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.prelu[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('nn.functional.relu', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.relu[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('nn.functional.rms_norm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.rms_norm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
     },
@@ -1106,17 +1085,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('stft', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'stft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (100,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('sub', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'sub[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('sum', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'sum[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('sum_to_size', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'sum_to_size[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('t', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 't[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('topk', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'topk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -1183,8 +1153,22 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     # -- RuntimeError (raised in an op)
+    ('abs', 'dynamic'): {
+        'RuntimeError in aten.abs.default': "abs[P(sum)]@mesh(2): RuntimeError: 20 (<class 'torch.SymInt'>, 140651699681168)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec0697c5d0>",
+    },
     ('nn.functional.normalize', 'compiled_backward'): {
         'RuntimeError in aten.where.self': 'nn.functional.normalize[P(sum),S(0)]@mesh(2,2): RuntimeError: expected predicate to be bool, got torch.int64',
+    },
+    ('nn.functional.relu', 'dynamic'): {
+        'RuntimeError in aten.relu.default': "nn.functional.relu[P(sum)]@mesh(2): RuntimeError: 5 (<class 'torch.SymInt'>, 140651695523920)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec06515290>",
+    },
+    ('sub', 'dynamic'): {
+        'RuntimeError in aten.sub.Tensor': "sub[P(sum);R]@mesh(2): RuntimeError: 5 (<class 'torch.SymInt'>, 140651694635792)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec064a1910>",
+    },
+    # -- RuntimeError (raised in an op), RuntimeError outside dispatch
+    ('exp', 'dynamic'): {
+        'RuntimeError in aten.exp.default': "exp[P(sum)]@mesh(2): RuntimeError: 20 (<class 'torch.SymInt'>, 140651698918224)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec068bf410>",
+        'RuntimeError outside dispatch': 'exp[S(0)]@mesh(2): RuntimeError: /__w/pytorch/pytorch/build/aten/src/ATen/RegisterCPU_1.cpp:2398: SymIntArrayRef expected to contain only concrete integers',
     },
     # -- Unsupported outside dispatch
     ('cauchy', 'compiled'): {

@@ -14,6 +14,7 @@ from tests.support.gloo_runner import load_program, run_program_on_gloo
 from tests.support.paths import PROGRAMS
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
 
@@ -27,7 +28,6 @@ from dtensor import (
     distribute_tensor,
     init_device_mesh,
 )
-from dtensor.compile import DynamicShapeError
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 # torch's own warnings while compiling, not ours: inductor calls torch.jit.script_method;
@@ -208,13 +208,69 @@ def test_tensor_parallel_mlp_step(backend: str) -> None:
     torch.testing.assert_close(results[1], results[0])
 
 
+# -- dynamic shapes (Note [symbolic sizes] in dtensor.symbolic) ------------------------------
 @pytest.mark.world(2, timeout=COMPILE_S)
-def test_symbolic_sizes_are_refused() -> None:
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_dynamic_sharded_dim_compiles_once_for_every_size(backend: str) -> None:
     mesh = init_device_mesh("cpu", (2,))
-    a = distribute_tensor(torch.ones(4, 2), mesh, [Shard(0)])
-    # dynamo re-raises it as an InternalTorchDynamoError that keeps the message
-    with pytest.raises(Exception, match=f"{DynamicShapeError.__name__}: .* static shapes only"):
-        torch.compile(lambda a: a + 1, backend="aot_eager", dynamic=True)(a)
+    count = CompileCounterWithBackend(backend)
+    fn = torch.compile(lambda a: (a * 2 + 1).sum(0), backend=count, fullgraph=True)
+    for rows in (6, 7, 9, 12, 5):  # even and uneven pieces over 2 ranks
+        full = torch.arange(rows * 3.0).reshape(rows, 3)
+        a = distribute_tensor(full, mesh, [Shard(0)])
+        if rows == 6:
+            torch._dynamo.mark_dynamic(a, 0)
+        out = fn(a)
+        assert out.placements == (Partial(),)
+        torch.testing.assert_close(out.full_tensor(), (full * 2 + 1).sum(0))
+    assert count.frame_count == 1
+
+
+class _MLP3(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(6, 8), nn.Linear(8, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _step_at_lengths(backend: str, mark: bool) -> int:
+    """A tensor-parallel step at four sequence lengths, compiled, against one device: loss
+    and every gradient equal; returns the number of compiles."""
+    mesh = init_device_mesh("cpu", (2,))
+    torch.manual_seed(0)
+    model = parallelize_module(_MLP3(), mesh, {"up": ColwiseParallel(),
+                                               "down": RowwiseParallel()})
+    plain = _MLP3()
+    plain.load_state_dict({k: v.full_tensor() for k, v in model.state_dict().items()})
+    count = CompileCounterWithBackend(backend)
+    run = torch.compile(model, backend=count)
+    for seq in (4, 5, 8, 11):
+        x = torch.randn(2, seq, 6, generator=torch.Generator().manual_seed(seq))
+        if mark and seq == 4:
+            torch._dynamo.mark_dynamic(x, 1)
+        loss = run(x).pow(2).mean()
+        loss.backward()
+        want = plain(x).pow(2).mean()
+        want.backward()
+        torch.testing.assert_close(loss, want)
+    grads = dict(plain.named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad.full_tensor(), grads[name].grad)
+    return count.frame_count
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_tensor_parallel_step_marked_dynamic_never_recompiles(backend: str) -> None:
+    assert _step_at_lengths(backend, mark=True) == 1
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+def test_automatic_dynamic_recompiles_once() -> None:
+    # torch's default: the first shape static, the first change recompiles with symbolic sizes
+    assert _step_at_lengths("aot_eager", mark=False) == 2
 
 
 # -- the functional collectives themselves, run eagerly: same results as comm's ----------------

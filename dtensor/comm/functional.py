@@ -27,6 +27,8 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
+from dtensor.symbolic import largest, sizes
+
 _ops = torch.ops._c10d_functional
 _PROXY = torch._C._TorchDispatchModeKey.PROXY
 _FUNCTIONAL_OPS = {"sum": "sum", "avg": "avg", "max": "max", "min": "min", "product": "product"}
@@ -60,8 +62,8 @@ def all_gather(tensor: torch.Tensor, shapes: Sequence[Sequence[int]],
                group: dist.ProcessGroup, *, caps: Caps) -> list[torch.Tensor]:
     """``comm.all_gather``: every group rank's tensor, in group-rank order."""
     n = dist.get_world_size(group)
-    shapes = [tuple(int(d) for d in s) for s in shapes]
-    width = max(math.prod(s) for s in shapes)
+    shapes = [sizes(s) for s in shapes]
+    width = largest(math.prod(s) for s in shapes)
     flat = tensor.contiguous().reshape(-1)
     if flat.numel() < width:  # uneven: pad to the largest piece
         flat = torch.cat([flat, flat.new_zeros(width - flat.numel())])
@@ -76,7 +78,7 @@ def all_to_all(inputs: Sequence[torch.Tensor], output_shapes: Sequence[Sequence[
     if len(inputs) != n or len(output_shapes) != n:
         raise ValueError(f"all_to_all: got {len(inputs)} inputs and {len(output_shapes)} output "
                          f"shapes, expected {n} of each (one per rank of the group)")
-    shapes = [tuple(int(d) for d in s) for s in output_shapes]
+    shapes = [sizes(s) for s in output_shapes]
     send = torch.cat([t.contiguous().reshape(-1) for t in inputs])
     out_sizes = [math.prod(s) for s in shapes]
     recv = _wait(_ops.all_to_all_single(send, out_sizes, [t.numel() for t in inputs],

@@ -120,7 +120,10 @@ def torch_dispatch(cls: type, func: Any, types: Any, args: tuple = (),
         if type(key) is list:
             return _dispatch(cls, func, args, kwargs or {})
     fast = mesh.__dict__.get("_fast_plans")  # Note [per-mesh caches] in mesh.py
-    entry = fast.get(key) if fast is not None else None
+    try:
+        entry = fast.get(key) if fast is not None else None
+    except TypeError:  # a symbolic spec has no hash (Note [symbolic sizes] in dtensor.symbolic)
+        return _dispatch(cls, func, args, kwargs or {})
     if entry is None or debug.recording() or _check_plain.get() \
             or (torch.is_inference_mode_enabled() and func.is_view):  # Note [inference mode]
         return _dispatch(cls, func, args, kwargs or {}, key)

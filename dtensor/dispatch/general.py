@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from functools import lru_cache
+
+from dtensor.symbolic import is_symbolic, shape_cache
 from typing import Any
 
 import torch
@@ -166,13 +168,16 @@ def _dispatch(DTensor: type, func: Any, args: tuple, kwargs: dict,
     kinds = tuple(type(v) for v in args) + tuple(type(v) for v in kwargs.values())
     key = (func, dargs, dkwargs, pinned, kinds)
     plans = _plans_of(mesh)
+    symbolic = False
     try:
         plan = plans.get(key)
     except TypeError:  # an argument we cannot key a cache on
         plan = None
+        symbolic = is_symbolic(dargs) or is_symbolic(dkwargs)  # Note [symbolic sizes]
         key = None
+        plans = {}  # planned afresh each call: a trace runs each op once
     if plan is None:
-        if func in REGISTRY and key is not None:
+        if func in REGISTRY and (key is not None or symbolic):
             try:
                 plan = _make_plan(func, dargs, dkwargs, mesh, pinned or frozenset())
             except ShardingError as e:
@@ -572,7 +577,7 @@ def _localize(DTensor: type, a: torch.Tensor, placements: tuple[Placement, ...],
     return redistribute_local_tensor(a, mesh, replicated, placements, tuple(a.shape))
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _output_meta(op: OpSpec) -> list[torch.Tensor]:
     """Global output shapes, strides and dtypes, from running the op on meta tensors."""
     return [t for t in pytree.tree_leaves(meta_call(op)) if isinstance(t, torch.Tensor)]

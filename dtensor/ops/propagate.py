@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
+from dtensor.symbolic import hints, shape_cache
 from typing import Sequence
 
 from dtensor.layout import check_layout, lays_out, local_shape, mesh_coordinates
@@ -248,6 +248,7 @@ def _move_bytes(src: Sequence[Placement], dst: Sequence[Placement], mesh_shape: 
     if tuple(src) == tuple(dst):
         return 0
     itemsize = _itemsize(dtype)
+    shape = hints(shape)  # a cost chooses among right answers: no guard (Note [symbolic sizes])
     return plan_bytes(plan(src, dst, mesh_shape, shape, itemsize), mesh_shape, shape, itemsize)
 
 
@@ -257,7 +258,7 @@ def _itemsize(dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def decide(op: OpSpec, fixed: frozenset[int] = frozenset(),
            out_shapes: tuple[tuple[int, ...], ...] | None = None) -> Decision:
     """The cheapest candidate whose inputs listed in ``fixed`` (pinned tensors, in-place

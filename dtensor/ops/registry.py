@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 from dtensor.layout import Box
 from dtensor.placements import Placement, fmt_placements
 from dtensor.spec import TensorSpec  # rules import it from here
+from dtensor.symbolic import is_symbolic
 
 
 def _kinds(values: Iterable[Any]) -> tuple:
@@ -37,15 +38,27 @@ class OpSpec:
     mesh_dim: int = 0  # the mesh dim a rule is asked about (its size: mesh_shape[mesh_dim])
     # the scalars' types: 2 == 2.0 == True, but mul.Scalar(x, 2.0) of an int x is a float
     _kinds: tuple = field(init=False, repr=False, default=())
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    _hash: int | None = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_kinds", _kinds(self.args) + _kinds(v for _, v in self.kwargs))
-        object.__setattr__(self, "_hash", hash((self.op, self.args, self.kwargs,
-                                                self.mesh_shape, self.mesh_dim)))
+        try:
+            found: int | None = hash((self.op, self.args, self.kwargs, self.mesh_shape,
+                                      self.mesh_dim))
+        except TypeError:
+            if not is_symbolic((self.args, self.kwargs)):
+                raise
+            found = None  # Note [symbolic sizes] in dtensor.symbolic: no cache keys on it
+        object.__setattr__(self, "_hash", found)
 
     def __hash__(self) -> int:
+        if self._hash is None:
+            raise TypeError(f"an OpSpec of symbolic sizes ({self.op}) has no hash")
         return self._hash
+
+    @property
+    def symbolic(self) -> bool:
+        return self._hash is None
 
     @property
     def mesh_dim_size(self) -> int:

@@ -159,7 +159,10 @@ def to_layout(x: Any, mesh: DeviceMesh, layout: Layout, desired: Layout, *,
 def _one_placement(target: Placement, ndim: int) -> tuple[Placement, ...]:
     """``target`` as a 1-d mesh's placements for an ``ndim``-d tensor (a hook's per-call
     normalization, looked up). A dict, not functools.lru_cache: hooks run under Dynamo too,
-    which warns about lru_cache wrappers it traces through."""
+    which warns about lru_cache wrappers it traces through. Traced, it is not looked up:
+    dynamo would guard on the dict's keys, placements it holds as opaque values."""
+    if torch.compiler.is_compiling():
+        return normalize_placements([target], ndim, 1)
     key = (target, ndim)
     found = _ONE_PLACEMENT.get(key)
     if found is None:

@@ -21,7 +21,7 @@ in group-rank order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from dtensor.symbolic import shape_cache
 
 from dtensor.layout import (Box, Coord, box_contains, box_intersect, box_numel, local_box,
                             local_shape, mesh_groups, pieces)
@@ -32,14 +32,14 @@ from dtensor.redistribute.planner import Step
 
 
 
-@lru_cache(maxsize=256)
+@shape_cache(maxsize=256)
 def groups(mesh_shape: tuple[int, ...],
            mesh_dims: tuple[int, ...]) -> tuple[tuple[Coord, ...], ...]:
     """``layout.mesh_groups`` as tuples, computed once per (mesh shape, mesh dims)."""
     return tuple(tuple(g) for g in mesh_groups(mesh_shape, mesh_dims))
 
 
-@lru_cache(maxsize=256)
+@shape_cache(maxsize=256)
 def _positions(mesh_shape: tuple[int, ...],
                mesh_dims: tuple[int, ...]) -> dict[Coord, tuple[int, int]]:
     return {c: (g, i) for g, members in enumerate(groups(mesh_shape, mesh_dims))
@@ -60,7 +60,7 @@ def position(mesh_shape: tuple[int, ...], mesh_dims: tuple[int, ...],
 # all_gather and reduce_scatter: pieces that join along one tensor dim
 
 
-@lru_cache(maxsize=4096)
+@shape_cache(maxsize=4096)
 def gather_layout(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                   group: int) -> tuple[int, tuple[tuple[int, ...], ...]]:
     """(tensor dim the pieces join along, each member's piece shape) for an all_gather step."""
@@ -84,7 +84,7 @@ class ScatterLayout:
     index: tuple[tuple[slice, ...], ...]
 
 
-@lru_cache(maxsize=4096)
+@shape_cache(maxsize=4096)
 def scatter_layout(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                    group: int) -> ScatterLayout:
     if any(not isinstance(step.dst[m], Shard) for m in step.mesh_dims):
@@ -151,7 +151,7 @@ class Exchange:
     own: tuple[Box, ...] = ()
 
 
-@lru_cache(maxsize=4096)
+@shape_cache(maxsize=4096)
 def exchange(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
              group: int) -> tuple[Exchange, ...]:
     """Every member's ``Exchange`` for an all_to_all step: regular for all or for none, since
@@ -243,7 +243,7 @@ class PieceExchange:
 # are one all_to_all: the pieces are products of interval sets (dtensor/redistribute/
 # regions.py), each element comes from the first holder in [the rank itself] + the others in
 # group-rank order, as for boxes, so each rank receives exactly what it lacks.
-@lru_cache(maxsize=1024)
+@shape_cache(maxsize=1024)
 def piece_exchange(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                    group: int) -> tuple[PieceExchange, ...]:
     """Every member's ``PieceExchange`` for an all_to_all step on block layouts."""

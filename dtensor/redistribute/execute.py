@@ -42,6 +42,7 @@ from typing import Any, Literal, overload
 import torch
 import torch.distributed as dist
 
+from dtensor.symbolic import sizes
 from dtensor.redistribute import collective_layout as cl
 from dtensor.redistribute import regions
 from dtensor import comm
@@ -134,11 +135,11 @@ def program(mesh: DeviceMesh, src_placements: Sequence[Placement | int],
     try:
         found = programs.get(key)
     except TypeError:  # an unhashable entry: compiled each time, and the error said there
-        return _compile(mesh, key[0], key[1], tuple(int(n) for n in shape))
+        return _compile(mesh, key[0], key[1], sizes(shape))
     if found is None:
         if len(programs) >= _MAX_PROGRAMS:  # a run of ever new shapes: start over
             programs.clear()
-        found = programs[key] = _compile(mesh, key[0], key[1], tuple(int(n) for n in shape))
+        found = programs[key] = _compile(mesh, key[0], key[1], sizes(shape))
     return found
 
 

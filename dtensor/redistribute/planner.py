@@ -29,7 +29,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from dtensor.symbolic import hints, shape_cache
 from typing import Any
 
 from dtensor.layout import (Coord,
@@ -132,7 +132,7 @@ def step_received(step: Step, mesh_shape: Sequence[int], global_shape: Sequence[
     return dict(_step_received(step, tuple(mesh_shape), tuple(global_shape), itemsize))
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _step_received(step: Step, mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                    itemsize: int) -> tuple[tuple[Coord, int], ...]:
     global_shape = step.shape(global_shape)
@@ -193,7 +193,7 @@ def _received(step: Step, mesh_shape: tuple[int, ...], box_of: Callable[[tuple[P
                 yield c, s - numel(step.dst, c)
 
 
-@lru_cache(maxsize=1024)
+@shape_cache(maxsize=1024)
 def _groups(mesh_shape: tuple[int, ...], mesh_dims: tuple[int, ...]
             ) -> tuple[tuple[Coord, ...], ...]:
     return tuple(tuple(g) for g in mesh_groups(mesh_shape, mesh_dims))
@@ -224,7 +224,7 @@ def plan_bytes(steps: Sequence[Step], mesh_shape: Sequence[int], global_shape: S
     return sum(step_bytes(s, mesh_shape, global_shape, itemsize) for s in steps)
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def _steps_bytes(steps: tuple[Step, ...], mesh_shape: tuple[int, ...],
                  global_shape: tuple[int, ...], itemsize: int) -> int:
     return sum(step_bytes(s, mesh_shape, global_shape, itemsize) for s in steps)
@@ -243,8 +243,10 @@ def plan(src_placements: Sequence[Placement | int], dst_placements: Sequence[Pla
     >>> [str(s) for s in plan([Shard(0), Shard(0)], [Replicate(), Replicate()], (2, 4), (7, 5))]
     ['all_gather(0,1) [S(0),S(0)]->[R,R]']
     """
+    # symbolic sizes plan at their hints: the steps are right at every size, only their
+    # bytes differ (Note [symbolic sizes] in dtensor.symbolic)
     key = (tuple(src_placements), tuple(dst_placements), tuple(mesh_shape),
-           tuple(global_shape), 1 if itemsize > 0 else itemsize)
+           hints(global_shape), 1 if itemsize > 0 else itemsize)
     # ``itemsize`` scales every step's bytes alike: the plan is the same at every size > 0
     found = _PLANS.get(key)
     if found is not None:
@@ -367,7 +369,7 @@ def _enumerates_all(ndim: int, n_extra: int, mesh_ndim: int) -> bool:
 # force).
 
 
-@lru_cache(maxsize=256)  # a few hundred kB at most each; a sweep's op reuses its own
+@shape_cache(maxsize=256)  # a few hundred kB at most each; a sweep's op reuses its own
 def _state_graph(mesh_shape: tuple[int, ...], global_shape: tuple[int, ...],
                  ops: tuple[str, ...], rules: tuple[Shard, ...] = ()) -> _StateGraph:
     return _StateGraph(mesh_shape, global_shape, ops, rules)
@@ -539,7 +541,7 @@ class _Search:
         return path
 
 
-@lru_cache(maxsize=4096)
+@shape_cache(maxsize=4096)
 def _plan(src: tuple[Placement, ...], dst: tuple[Placement, ...], mesh_shape: tuple[int, ...],
           global_shape: tuple[int, ...], itemsize: int) -> tuple[Step, ...]:
     """One pair's search, where the edges depend on the target (past _FULL_ENUMERATION)."""
@@ -605,7 +607,7 @@ def _edges(state: tuple[Placement, ...], dst: tuple[Placement, ...], universe: l
 _FULL_ENUMERATION = 64
 
 
-@lru_cache(maxsize=65536)
+@shape_cache(maxsize=65536)
 def classify(src: tuple[Placement, ...], dst: tuple[Placement, ...],
              mesh_shape: tuple[int, ...], global_shape: tuple[int, ...]) -> Step | None:
     """The one step that turns ``src`` into ``dst``, or None when no single step does."""

@@ -220,7 +220,15 @@ PyObject* build_key(PyObject* func, PyObject* args, PyObject* kwargs, PyObject**
     }
   }
   *hash = tuple_hash(key.items.data(), static_cast<Py_ssize_t>(key.items.size()));
-  if (*hash == -1) return nullptr;
+  if (*hash == -1) {
+    // a spec of symbolic sizes has no hash (Note [symbolic sizes] in dtensor.symbolic): the
+    // Python entry plans such a call without a cache
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      *go_python = true;
+    }
+    return nullptr;
+  }
   *mesh_out = mesh;
   return key.tuple();
 }
