@@ -9,22 +9,11 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from dtensor.layout import local_shape
-from dtensor.symbolic import is_symbolic
+from dtensor.symbolic import hash_or_none
 from dtensor.placements import Partial, Placement, Replicate, Shard, fmt_placements
 
 if TYPE_CHECKING:
     from dtensor.mesh import DeviceMesh
-
-
-def _hash_of(*fields: object) -> int | None:
-    """The hash of a spec's fields; None where a size is symbolic (Note [symbolic sizes] in
-    dtensor.symbolic), which has none."""
-    try:
-        return hash(fields)
-    except TypeError:
-        if is_symbolic(fields):
-            return None
-        raise
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -48,8 +37,8 @@ class TensorSpec:
     _hash: int | None = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", _hash_of(self.shape, self.stride, self.dtype,
-                                                   self.placements))
+        object.__setattr__(self, "_hash", hash_or_none(self.shape, self.stride, self.dtype,
+                                                       self.placements))
 
     def __hash__(self) -> int:
         if self._hash is None:  # Note [symbolic sizes] in dtensor.symbolic

@@ -45,6 +45,16 @@ def is_symbolic(value: Any) -> bool:
     return getattr(value, "symbolic", None) is True
 
 
+def hash_or_none(*fields: object) -> int | None:
+    """The hash of a spec's fields; None where a size is symbolic (a spec's ``symbolic``)."""
+    try:
+        return hash(fields)
+    except TypeError:
+        if is_symbolic(fields):
+            return None
+        raise
+
+
 def sizes_symbolic(sizes: Any) -> bool:
     """``sizes`` (a flat tuple of ints and SymInts) holds a SymInt."""
     return any(isinstance(v, _SYMBOLIC) for v in sizes)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 from dtensor.layout import Box
 from dtensor.placements import Placement, fmt_placements
 from dtensor.spec import TensorSpec  # rules import it from here
-from dtensor.symbolic import is_symbolic
+from dtensor.symbolic import hash_or_none
 
 
 def _kinds(values: Iterable[Any]) -> tuple:
@@ -42,14 +42,8 @@ class OpSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_kinds", _kinds(self.args) + _kinds(v for _, v in self.kwargs))
-        try:
-            found: int | None = hash((self.op, self.args, self.kwargs, self.mesh_shape,
-                                      self.mesh_dim))
-        except TypeError:
-            if not is_symbolic((self.args, self.kwargs)):
-                raise
-            found = None  # Note [symbolic sizes] in dtensor.symbolic: no cache keys on it
-        object.__setattr__(self, "_hash", found)
+        object.__setattr__(self, "_hash", hash_or_none(self.op, self.args, self.kwargs,
+                                                       self.mesh_shape, self.mesh_dim))
 
     def __hash__(self) -> int:
         if self._hash is None:
