@@ -49,7 +49,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from dtensor.symbolic import shape_cache
+from dtensor.symbolic import shape_cache, smallest
 
 from dtensor.placements import Placement, PlacementError, Replicate, Shard, fmt_placements
 
@@ -71,8 +71,8 @@ def chunk_bounds(size: int, parts: int, index: int) -> tuple[int, int]:
         raise ValueError(f"chunk_bounds(size={size}, parts={parts}, index={index}): expected "
                          f"parts >= 1 and 0 <= index < parts")
     step = -(-size // parts)
-    start = min(index * step, size)
-    return start, min(start + step, size)
+    start = smallest(index * step, size)
+    return start, smallest(start + step, size)
 
 
 def split_bounds(size: int, parts: int, index: int, rule: tuple[int, ...] | str | None = None

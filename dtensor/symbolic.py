@@ -114,3 +114,11 @@ def largest(values: Any) -> Any:
     for v in values[1:]:
         out = torch.sym_max(out, v)
     return out
+
+
+def smallest(a: Any, b: Any) -> Any:
+    """``min(a, b)``, as an expression where one is symbolic (``min`` would guard on which is
+    smaller: for an uneven chunk's bounds, a guard on the dim's parity)."""
+    if isinstance(a, _SYMBOLIC) or isinstance(b, _SYMBOLIC):
+        return torch.sym_min(a, b)
+    return min(a, b)

@@ -347,7 +347,9 @@ def _traced_spec(spec: DTensorSpec, outer_size: Any, outer_stride: Any) -> DTens
     """The spec a traced DTensor is rebuilt with: its sizes as the tracer gives them, ints
     or SymInts (Note [symbolic sizes] in dtensor.symbolic)."""
     size, stride = tuple(outer_size), tuple(outer_stride)
-    if sizes_symbolic(size + stride):  # compared with ints, a SymInt would be guarded to them
+    # compared with ints, a SymInt would be guarded to them; and a traced spec's SymInts must
+    # not outlive their trace (a compiled graph's outputs are rebuilt from this context)
+    if sizes_symbolic(size + stride) or sizes_symbolic(spec.shape + spec.stride):
         return DTensorSpec(spec.mesh, spec.placements, size, stride, spec.dtype)
     if size == spec.shape and stride == spec.stride:
         return spec

@@ -222,7 +222,26 @@ def test_a_dynamic_sharded_dim_compiles_once_for_every_size(backend: str) -> Non
             torch._dynamo.mark_dynamic(a, 0)
         out = fn(a)
         assert out.placements == (Partial(),)
+        # the output is rebuilt from the traced context: no SymInt of the trace survives in it
+        assert all(type(d) is int for d in out._spec.shape + out._spec.stride)
         torch.testing.assert_close(out.full_tensor(), (full * 2 + 1).sum(0))
+    assert count.frame_count == 1
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+def test_a_dynamic_partial_input_reduces_with_symbolic_sizes() -> None:
+    # a non-linear op on a Partial reduces first: the prepared collectives kept sizes as
+    # ints, pinning the dim (a recompile per size) and leaking a SymInt into the next trace
+    mesh = init_device_mesh("cpu", (2,))
+    count = CompileCounterWithBackend("aot_eager")
+    fn = torch.compile(lambda a: a.abs() * 2, backend=count, fullgraph=True)
+    for rows in (6, 7, 9):
+        local = torch.arange(rows * 3.0).reshape(rows, 3) - 4 * (1 + dist.get_rank())
+        a = DTensor.from_local(local, mesh, [Partial()])
+        if rows == 6:
+            torch._dynamo.mark_dynamic(a, 0)
+        whole = sum(torch.arange(rows * 3.0).reshape(rows, 3) - 4 * (1 + r) for r in range(2))
+        torch.testing.assert_close(fn(a).full_tensor(), whole.abs() * 2)
     assert count.frame_count == 1
 
 
@@ -328,3 +347,19 @@ def test_compiled_program_on_gloo_matches_simpg(tmp_path: Path) -> None:
             assert torch.equal(real[f"compiled {what}"], sim[f"compiled {what}"]), (rank, what)
     x_full = torch.arange(35, dtype=torch.float64).reshape(7, 5) % 7
     assert torch.equal(on_gloo[1]["compiled slice"], x_full[4:])  # rows 4, 3 over 2 ranks
+
+
+@pytest.mark.world(2, timeout=COMPILE_S)
+def test_a_compiled_op_that_would_move_its_written_inputs_fails_clearly() -> None:
+    # eager, an op writing an input asks every rank whether the piece may move (an
+    # all-reduce); traced, that wait sat inside dynamo's compile lock the other rank needs
+    # (a deadlock), and a functionalized graph cannot swap an input's piece: refused by name
+    mesh = init_device_mesh("cpu", (2,))
+    full = torch.arange(24.0).reshape(4, 3, 2) / 7
+    x, weight, bias, mean, var = (
+        DTensor.from_local(t / 2, mesh, [Partial()])  # every input a sum of halves
+        for t in (full, torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3)))
+    fn = _compile(lambda *a: torch.ops.aten.native_batch_norm(*a, True, 0.1, 1e-5),
+                  "aot_eager")
+    with pytest.raises(Exception, match="native_batch_norm.*in place"):
+        fn(x, weight, bias, mean, var)

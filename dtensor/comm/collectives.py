@@ -28,6 +28,7 @@ from dtensor.comm.debug_mode import _comm_log, _note
 from dtensor.comm.debug_mode import quiet as _quiet_comm_log
 from dtensor.comm.capabilities import capabilities
 from dtensor.comm.handles import Handle
+from dtensor.symbolic import sizes_symbolic
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -397,6 +398,8 @@ def prepare_all_gather_cat(shapes: Sequence[Sequence[int]], dim: int,
     >>> simpg.run(body, 2)[0]
     [[0.0, 0.0], [1.0, 1.0]]
     """
+    if any(sizes_symbolic(s) for s in shapes):  # traced: int() would pin each size
+        return lambda t: all_gather_cat(t, shapes, dim, group, async_op=True)
     shapes = _normalized_shapes(tuple(tuple(s) for s in shapes))
     n, me = group.size(), group.rank()
     if len(shapes) != n:
@@ -440,6 +443,8 @@ def prepare_reduce_scatter_cat(sizes: Sequence[int], dim: int, shape: Sequence[i
     >>> simpg.run(body, 2)
     [[0.0, 2.0], [4.0, 6.0]]
     """
+    if sizes_symbolic(tuple(sizes) + tuple(shape)):  # traced: int() would pin each size
+        return lambda t: reduce_scatter_cat(t, sizes, dim, group, op, async_op=True)
     sizes, shape = tuple(int(k) for k in sizes), tuple(int(d) for d in shape)
     n, me = group.size(), group.rank()
     if op not in _REDUCE_OPS:
@@ -512,6 +517,8 @@ def prepare_all_to_all_single(send_sizes: Sequence[int], recv_sizes: Sequence[in
     >>> simpg.run(body, 2)
     [[0.0, 10.0], [1.0, 11.0]]
     """
+    if sizes_symbolic(tuple(send_sizes) + tuple(recv_sizes)):  # traced: keep them symbolic
+        return lambda send: all_to_all_single(send, send_sizes, recv_sizes, group, async_op=True)
     send_sizes, recv_sizes = [int(k) for k in send_sizes], [int(k) for k in recv_sizes]
     n = group.size()
     if len(send_sizes) != n or len(recv_sizes) != n:

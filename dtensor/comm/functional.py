@@ -106,10 +106,13 @@ def reduce_scatter(inputs: Sequence[torch.Tensor], group: dist.ProcessGroup, op:
         stacked = torch.stack(all_to_all(list(inputs), [mine] * n, group, caps=caps))
         return _reduce_stacked(stacked, op, n)
     name, divide = _op(op, inputs[0], group, caps)
-    width = max(t.numel() for t in inputs)
+    width = largest(t.numel() for t in inputs)
     flat = [t.contiguous().reshape(-1) for t in inputs]
-    flat = [f if f.numel() == width else torch.cat([f, f.new_zeros(width - f.numel())])
-            for f in flat]
+    if isinstance(width, torch.SymInt):  # traced: pad every piece, comparing no sizes
+        flat = [torch.constant_pad_nd(f, (0, width - f.numel())) for f in flat]
+    else:
+        flat = [f if f.numel() == width else torch.cat([f, f.new_zeros(width - f.numel())])
+                for f in flat]
     out = _wait(_ops.reduce_scatter_tensor(torch.cat(flat), name, n, _name(group)))
     out = out[:math.prod(mine)].reshape(mine)
     return out / divide if divide else out

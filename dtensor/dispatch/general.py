@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from functools import lru_cache
-
-from dtensor.symbolic import is_symbolic, shape_cache
 from typing import Any
 
 import torch
@@ -18,6 +16,7 @@ from torch.utils import _pytree as pytree
 import dtensor.ops  # noqa: F401  (registers the rules)
 from dtensor import debug
 from dtensor.comm import collectives
+from dtensor.comm.functional import tracing
 from dtensor.dispatch import native
 from dtensor.redistribute import planner
 from dtensor.ops.local_args import localize_shape_args, shape_arg_positions
@@ -29,6 +28,7 @@ from dtensor.ops.registry import GUARDS, LOCAL_FUNCTIONS, REGISTRY, OpSpec, Tens
 from dtensor.placements import Placement, Replicate, has_block, has_split_rule
 from dtensor.redistribute import redistribute_local_tensor
 from dtensor.spec import DTensorSpec
+from dtensor.symbolic import is_symbolic, shape_cache
 from dtensor.dispatch.decomposition_table import DECOMPOSITIONS
 from dtensor.dispatch.fallback import _fallback
 from dtensor.dispatch.plans import (_SCALARS, _dtensor_list, _FastPlan, _int_list, _Plan,
@@ -247,7 +247,12 @@ def _relocate_written(func: Any, dargs: tuple, dkwargs: tuple, tensors: list, me
     movable = not any(n > 1 or (n == 1 and t._local_tensor._base is None)
                       for n, t in zip(sharers, targets))
     # what shares a piece can differ between ranks (a reference some rank still holds): every
-    # rank of the mesh moves, or none does, so no rank waits in a collective the others skip
+    # rank of the mesh moves, or none does, so no rank waits in a collective the others skip.
+    # Traced, none does: agreeing would wait on the other ranks inside the trace while they
+    # wait on dynamo's compile lock (a deadlock), and a functionalized graph cannot swap an
+    # input's piece
+    if tracing(targets[0]._local_tensor):
+        return False
     if not _on_every_rank(mesh, movable, targets[0]._local_tensor.device):
         return False
     for cand in candidates(op):
