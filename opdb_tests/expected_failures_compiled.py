@@ -1153,22 +1153,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     # -- RuntimeError (raised in an op)
-    ('abs', 'dynamic'): {
-        'RuntimeError in aten.abs.default': "abs[P(sum)]@mesh(2): RuntimeError: 20 (<class 'torch.SymInt'>, 140651699681168)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec0697c5d0>",
-    },
     ('nn.functional.normalize', 'compiled_backward'): {
         'RuntimeError in aten.where.self': 'nn.functional.normalize[P(sum),S(0)]@mesh(2,2): RuntimeError: expected predicate to be bool, got torch.int64',
-    },
-    ('nn.functional.relu', 'dynamic'): {
-        'RuntimeError in aten.relu.default': "nn.functional.relu[P(sum)]@mesh(2): RuntimeError: 5 (<class 'torch.SymInt'>, 140651695523920)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec06515290>",
-    },
-    ('sub', 'dynamic'): {
-        'RuntimeError in aten.sub.Tensor': "sub[P(sum);R]@mesh(2): RuntimeError: 5 (<class 'torch.SymInt'>, 140651694635792)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec064a1910>",
-    },
-    # -- RuntimeError (raised in an op), RuntimeError outside dispatch
-    ('exp', 'dynamic'): {
-        'RuntimeError in aten.exp.default': "exp[P(sum)]@mesh(2): RuntimeError: 20 (<class 'torch.SymInt'>, 140651698918224)is not tracked with proxy for <torch.fx.experimental.proxy_tensor.PythonKeyTracer object at 0x7fec068bf410>",
-        'RuntimeError outside dispatch': 'exp[S(0)]@mesh(2): RuntimeError: /__w/pytorch/pytorch/build/aten/src/ATen/RegisterCPU_1.cpp:2398: SymIntArrayRef expected to contain only concrete integers',
     },
     # -- Unsupported outside dispatch
     ('cauchy', 'compiled'): {
