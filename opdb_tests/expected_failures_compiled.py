@@ -313,6 +313,10 @@ SWEPT: dict[str, float] = {
 }
 
 EXPECTED: dict[tuple[str, str], dict[str, str]] = {
+    # -- ConstraintViolationError outside dispatch
+    ('broadcast_to', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'broadcast_to[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
     # -- DataDependentOutputException outside dispatch
     ('allclose', 'compiled'): {
         'DataDependentOutputException outside dispatch': 'allclose[R;R]@mesh(2): DataDependentOutputException: aten.allclose.default',
@@ -371,36 +375,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('_upsample_bilinear2d_aa', 'dynamic'): {
         'DynamicShapeError outside dispatch': '_upsample_bilinear2d_aa[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 3, 10, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(...',
     },
-    ('acos', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'acos[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('acosh', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'acosh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('add', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'add[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addbmm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addbmm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addcdiv', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addcdiv[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addcmul', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addcmul[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addmm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addmm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addmm.decomposed', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addmm.decomposed[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addmv', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addmv[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('addr', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'addr[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('alias_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'alias_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -422,56 +396,14 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('as_strided_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'as_strided_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('asin', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'asin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('asinh', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'asinh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('atan', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'atan[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('atan2', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'atan2[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('atanh', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'atanh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('baddbmm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'baddbmm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 10) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('bitwise_and', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'bitwise_and[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('bitwise_left_shift', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bitwise_left_shift[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('bitwise_not', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bitwise_not[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('bitwise_or', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'bitwise_or[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('bitwise_right_shift', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bitwise_right_shift[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('bitwise_xor', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'bitwise_xor[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('block_diag', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'block_diag[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 5) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('bmm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bmm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 5, 10) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('broadcast_tensors', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'broadcast_tensors[R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('broadcast_to', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'broadcast_to[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cartesian_prod', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cartesian_prod[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s6,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('cat', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cat[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s35, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -496,12 +428,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('clamp', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'clamp[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('clamp_max', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'clamp_max[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('clamp_min', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'clamp_min[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('column_stack', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'column_stack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2, 1) torch.float32) was traced with symbolic sizes (s35, s16, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -589,9 +515,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('div.trunc_rounding', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'div.trunc_rounding[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('dot', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'dot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('eq', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'eq[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -814,9 +737,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('mm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('mv', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'mv[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('mvlgamma.mvlgamma_p_3', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mvlgamma.mvlgamma_p_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -1118,9 +1038,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('var_mean.unbiased', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'var_mean.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('vdot', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'vdot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('view', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'view[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -1146,11 +1063,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('resize_as_', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'resize_as_[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
         'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
-    },
-    # -- DynamicShapeError outside dispatch, no rule
-    ('combinations', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'combinations[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     # -- RuntimeError (raised in an op)
     ('nn.functional.normalize', 'compiled_backward'): {
@@ -1270,6 +1182,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('combinations', 'compiled_backward'): {
+        'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('combinations', 'dynamic'): {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('combinations', 'resized'): {
