@@ -10,9 +10,11 @@ starts a module under torchrun (the main job) instead.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import threading
 import importlib.util
 import time
 from datetime import timedelta
@@ -115,10 +117,22 @@ def run_as_gloo_rank(program: Callable[[], Any], argv: list[str], timeout: timed
                             timeout=timeout)
     try:
         torch.save(program(), out_path)
+        print(f"rank {rank}: result saved", file=sys.stderr, flush=True)
         if barrier:
             dist.barrier()  # nobody tears down gloo while a peer still connects
     finally:
+        gc.collect()  # free the program's tensors and works while gloo's threads are alive
         dist.destroy_process_group()
+    for thread in threading.enumerate():  # what a normal exit waits for (background saves)
+        if not thread.daemon and thread is not threading.main_thread():
+            thread.join()
+    print(f"rank {rank}: process group destroyed", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    # The result is saved and the group is down. Skip interpreter finalization: a gloo thread
+    # that frees a Python-owned tensor while the interpreter is torn down aborts the process
+    # ("terminate called without an active exception", pytorch/pytorch#179291). That crash
+    # once failed CI after every rank had finished; it is torch's, not the program's.
+    os._exit(0)
 
 
 def assert_bit_for_bit(on_simpg: list[dict[str, torch.Tensor]],
