@@ -28,6 +28,10 @@ eager tiers' mechanism, strict both ways. Regenerate (for the variants swept, se
 
     .venv/bin/python -m opdb_tests.compiled --update-expected [KEY ...]
 
+``--dynamic-only`` reruns just the dynamic tier of the swept variants and replaces only
+those verdicts; ``--chunk N`` writes the list after every N variants, so a stopped sweep
+keeps what it finished.
+
 Rerun one case: ``.venv/bin/python -m opdb_tests.compiled add --tier compiled --sample 0
 --mesh 2 --placements 'S(0);S(0)'``.
 """
@@ -318,19 +322,26 @@ def render(expected: dict[tuple[str, str], dict[str, str]], swept: Sequence[str]
     return "\n".join(lines) + "\n"
 
 
-def update_expected(runs: Sequence[Run]) -> int:
+def update_expected(runs: Sequence[Run], only_tier: str | None = None) -> int:
     """Rewrite the list for these variants (their entries from this run), keeping the
-    verdicts of variants not run now."""
-    from opdb_tests import expectations
-    from opdb_tests.cases import entries
-    from opdb_tests.expected_failures_compiled import EXPECTED, SWEPT
+    verdicts of variants not run now; with ``only_tier``, only that tier's verdicts of these
+    variants are replaced (their recorded seconds stay). Reads the file as it is now, so
+    successive calls (one per chunk) accumulate."""
+    import importlib
 
+    from opdb_tests import expectations
+    from opdb_tests import expected_failures_compiled as listed
+    from opdb_tests.cases import entries
+
+    listed = importlib.reload(listed)
     order = {e.key: i for i, e in enumerate(entries())}
     done = {r.key for r in runs}
-    new = {kt: kinds for kt, kinds in EXPECTED.items() if kt[0] not in done}
-    seconds = {k: v for k, v in SWEPT.items() if k not in done}
+    new = {kt: kinds for kt, kinds in listed.EXPECTED.items()
+           if kt[0] not in done or (only_tier is not None and kt[1] != only_tier)}
+    seconds = {k: v for k, v in listed.SWEPT.items() if k not in done or only_tier is not None}
     for r in runs:
-        seconds[r.key] = sum(r.seconds.values())
+        if only_tier is None:
+            seconds[r.key] = sum(r.seconds.values())
         for t in r.tiers:
             fs = [f for f in r.failures if f.tier == t]
             if fs:
@@ -410,6 +421,16 @@ def _one_case(args: argparse.Namespace, cfg: Config) -> int:
     return 1 if fs else 0
 
 
+def _print_run(r: Run, cfg: Config, baseline: bool) -> None:
+    secs = ", ".join(f"{t} {r.cases[t]}" for t in r.tiers) + " cases; " + ", ".join(
+        f"{k} {v:.1f}s" for k, v in r.seconds.items()) if r.tiers else ""
+    base = f" (eager: {eager_seconds(r.key, cfg):.2f}s)" if baseline and r.tiers else ""
+    why = r.no_cases or r.generation_error
+    print(f"{r.key}: {secs or 'not run: ' + why}{base}")
+    for p in judge(r):
+        print("  " + p.replace("\n", "\n  "))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m opdb_tests.compiled", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -424,6 +445,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=0)
     ap.add_argument("--mesh", default="2")
     ap.add_argument("--placements", default=None)
+    ap.add_argument("--dynamic-only", action="store_true",
+                    help="run only the dynamic tier of swept variants; with --update-expected "
+                         "replace only their dynamic verdicts")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="with --update-expected, write the list after every CHUNK variants")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import warnings
@@ -436,20 +462,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     from opdb_tests.expected_failures import SKIP
 
     keys = args.key or [e.key for e in entries() if e.key not in SKIP]
+    only_tier = None
+    if args.dynamic_only:
+        from opdb_tests.expected_failures_compiled import SWEPT
+
+        unswept = [k for k in keys if k not in SWEPT]
+        if args.key and unswept:
+            ap.error(f"--dynamic-only re-records swept variants; not swept: {unswept}")
+        keys = [k for k in keys if k in SWEPT]
+        cfg = dataclasses.replace(cfg, meshes=(), backward=False, resized=False, dynamic=True)
+        only_tier = "dynamic"
     t0 = time.perf_counter()
-    runs = run_many(keys, cfg, args.workers)
-    for r in runs:
-        secs = ", ".join(f"{t} {r.cases[t]}" for t in r.tiers) + " cases; " + ", ".join(
-            f"{k} {v:.1f}s" for k, v in r.seconds.items()) if r.tiers else ""
-        base = f" (eager: {eager_seconds(r.key, cfg):.2f}s)" if args.baseline and r.tiers else ""
-        why = r.no_cases or r.generation_error
-        print(f"{r.key}: {secs or 'not run: ' + why}{base}")
-        for p in judge(r):
-            print("  " + p.replace("\n", "\n  "))
+    step = args.chunk if args.chunk > 0 and args.update_expected else len(keys) or 1
+    runs: list[Run] = []
+    for i in range(0, len(keys), step):
+        chunk = run_many(keys[i:i + step], cfg, args.workers)
+        runs += chunk
+        for r in chunk:  # judged against the list as it was before this chunk
+            _print_run(r, cfg, args.baseline)
+        if args.update_expected:
+            n = update_expected(chunk, only_tier)
+            print(f"wrote {FILE} ({n} entries) after {len(runs)}/{len(keys)} variants")
     print(f"{len(runs)} variants in {time.perf_counter() - t0:.0f}s")
-    if args.update_expected:
-        n = update_expected(runs)
-        print(f"wrote {FILE} ({n} entries)")
     return 0
 
 

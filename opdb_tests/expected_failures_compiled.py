@@ -411,9 +411,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('cdist', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cdist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 2) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('ceil', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'ceil[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('cholesky', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cholesky[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -452,9 +449,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('corrcoef', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'corrcoef[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cos', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cos[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('cosh', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cosh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
