@@ -317,6 +317,63 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('broadcast_to', 'dynamic'): {
         'ConstraintViolationError outside dispatch': 'broadcast_to[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
     },
+    ('cross', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "cross[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0].size()[1], L['args'][1]._local_tensor.size()[1], L['args'][1].size()[1])! For more information, run w",
+    },
+    ('expand', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'expand[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('expand_copy', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'expand_copy[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('gradient', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'gradient[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('istft', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'istft[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('native_group_norm', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "native_group_norm[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0]._local_tensor.size()[2], L['args'][0].size()[1], L['args'][0].size()[2], L['args'][1]._",
+    },
+    ('native_layer_norm', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "native_layer_norm[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0]._local_tensor.size()[2], L['args'][0].size()[1], L['args'][0].size()[2], L['args'][2]._",
+    },
+    ('nn.functional.adaptive_max_pool3d', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.adaptive_max_pool3d[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0].size()[2], L[\'args\'][0].size()[3], L[\'args\'][0].size()[4])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.avg_pool3d', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.avg_pool3d[S(3)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.conv1d', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.conv1d[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][1]._local_tensor.size()[2])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.conv2d', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.conv2d[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][1]._local_tensor.size()[3])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.cross_entropy', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "nn.functional.cross_entropy[S(1);S(0)]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[0], L['args'][0].size()[0], L['args'][1].size()[0])! For more information, run with TORCH_",
+    },
+    ('nn.functional.layer_norm', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "nn.functional.layer_norm[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0]._local_tensor.size()[2], L['args'][0].size()[1], L['args'][0].size()[2], L['args",
+    },
+    ('nn.functional.normalize', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.normalize[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.rms_norm', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "nn.functional.rms_norm[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0].size()[1], L['args'][0].size()[2], L['args'][2].size()[1], L['args'][2].size()[2])! For more information, run with TORCH_L",
+    },
+    ('view_as_complex', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'view_as_complex[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[1], L[\'args\'][0].size()[1])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    # -- ConstraintViolationError outside dispatch, no strategy
+    ('_batch_norm_with_update', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "_batch_norm_with_update[S(2);S(0);S(0);S(0);S(0)]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0].size()[1], L['args'][1].size()[0], L['args'][2].size()[0], L['",
+        'no strategy: aten._batch_norm_with_update.default': '_batch_norm_with_update[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._batch_norm_with_update.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feasib',
+    },
+    ('_native_batch_norm_legit', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "_native_batch_norm_legit[S(2);S(0);S(0);S(0);S(0)]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0].size()[1], L['args'][1].size()[0], L['args'][2].size()[0], L[",
+        'no strategy: aten._native_batch_norm_legit.default': '_native_batch_norm_legit[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feas',
+    },
     # -- DataDependentOutputException outside dispatch
     ('allclose', 'compiled'): {
         'DataDependentOutputException outside dispatch': 'allclose[R;R]@mesh(2): DataDependentOutputException: aten.allclose.default',
@@ -328,6 +385,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'DataDependentOutputException outside dispatch': 'corrcoef[R]@mesh(2): DataDependentOutputException: aten.equal.default',
     },
     ('corrcoef', 'compiled_backward'): {
+        'DataDependentOutputException outside dispatch': 'corrcoef[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
+    ('corrcoef', 'dynamic'): {
         'DataDependentOutputException outside dispatch': 'corrcoef[R]@mesh(2): DataDependentOutputException: aten.equal.default',
     },
     ('corrcoef', 'resized'): {
@@ -345,13 +405,16 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('equal', 'compiled'): {
         'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
     },
+    ('equal', 'dynamic'): {
+        'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
+    },
     ('equal', 'resized'): {
         'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
     },
-    # -- DataDependentOutputException outside dispatch, DynamicShapeError outside dispatch
-    ('equal', 'dynamic'): {
-        'DataDependentOutputException outside dispatch': 'equal[R;R]@mesh(2): DataDependentOutputException: aten.equal.default',
-        'DynamicShapeError outside dispatch': 'equal[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
+    # -- DataDependentOutputException outside dispatch, RuntimeError outside dispatch
+    ('cov', 'dynamic'): {
+        'DataDependentOutputException outside dispatch': 'cov[R]@mesh(2): DataDependentOutputException: aten.equal.default',
+        'RuntimeError outside dispatch': 'cov[R;R]@mesh(2): RuntimeError: Cannot call numel() on tensor with symbolic sizes/strides',
     },
     # -- DynamicShapeError outside dispatch
     ('__radd__', 'dynamic'): {
@@ -360,26 +423,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('__rmod__', 'dynamic'): {
         'DynamicShapeError outside dispatch': '__rmod__[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('_batch_norm_with_update', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '_batch_norm_with_update[R;R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., ',
-    },
-    ('_native_batch_norm_legit', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '_native_batch_norm_legit[R;R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(...,',
-    },
     ('_segment_reduce.lengths', 'dynamic'): {
         'DynamicShapeError outside dispatch': '_segment_reduce.lengths[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('_softmax_backward_data', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '_softmax_backward_data[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('_upsample_bilinear2d_aa', 'dynamic'): {
         'DynamicShapeError outside dispatch': '_upsample_bilinear2d_aa[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 3, 10, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(...',
-    },
-    ('alias_copy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'alias_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('aminmax', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'aminmax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('argmin', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'argmin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -387,140 +435,20 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('argsort', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'argsort[R]@mesh(2): DynamicShapeError: a DTensor ([R] (8000,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('as_strided', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'as_strided[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('as_strided.partial_views', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'as_strided.partial_views[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('as_strided_copy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'as_strided_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('bitwise_and', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bitwise_and[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('bitwise_or', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bitwise_or[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('bitwise_xor', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'bitwise_xor[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.bool) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('cat', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'cat[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s35, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cdist', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cdist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 2) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cholesky', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cholesky[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cholesky_inverse', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cholesky_inverse[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 2, 2) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cholesky_solve', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cholesky_solve[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 2, 2) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('chunk', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'chunk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('clamp', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'clamp[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('column_stack', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'column_stack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2, 1) torch.float32) was traced with symbolic sizes (s35, s16, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('complex', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'complex[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('conj', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'conj[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('conj_physical', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'conj_physical[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('constant_pad_nd', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'constant_pad_nd[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('contiguous', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'contiguous[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('copysign', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'copysign[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('corrcoef', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'corrcoef[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cosh', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cosh[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cov', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cov[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cross', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cross[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cummax', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cummax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cummin', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cummin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cumprod', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cumprod[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cumsum', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cumsum[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('deg2rad', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'deg2rad[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diag', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diag[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diag_embed', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diag_embed[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('diagflat', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'diagflat[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diagonal', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diagonal[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diagonal_copy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diagonal_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diagonal_scatter', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diagonal_scatter[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diff', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diff[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('digamma', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'digamma[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('dist', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'dist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('div.floor_rounding', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'div.floor_rounding[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('div.no_rounding_mode', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'div.no_rounding_mode[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('div.trunc_rounding', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'div.trunc_rounding[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('eq', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'eq[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('expand', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'expand[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('expand_as', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'expand_as[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('expand_copy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'expand_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 1, 1) torch.float32) was traced with symbolic sizes (s33, 1, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('fft.fftshift', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'fft.fftshift[R]@mesh(2): DynamicShapeError: a DTensor ([R] (9, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -531,98 +459,23 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('fft.ihfft', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'fft.ihfft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 6, 7) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('flip', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'flip[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fliplr', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fliplr[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('flipud', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'flipud[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('float_power', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'float_power[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('floor', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'floor[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('floor_divide', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'floor_divide[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fmax', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fmax[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fmin', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fmin[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fmod', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fmod[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('frac', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'frac[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('frexp', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'frexp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('gcd', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'gcd[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('ge', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'ge[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('geqrf', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'geqrf[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('gradient', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'gradient[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('grid_sampler_3d', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'grid_sampler_3d[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 1, 2, 2, 2) torch.float32) was traced with symbolic sizes (1, 1, s69, s87, s35): dtensor supports static shapes only; compile with torch.compile(..., dy',
     },
-    ('gt', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'gt[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('half', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'half[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('heaviside', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'heaviside[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('i0', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'i0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('imag', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'imag[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.complex128) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('index_put', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'index_put[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('isclose', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'isclose[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('isin', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'isin[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('isinf', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'isinf[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('istft', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'istft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 2) torch.complex128) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('kron', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'kron[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('kthvalue', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'kthvalue[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('lcm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'lcm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int16) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('ldexp', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'ldexp[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('le', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'le[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('linalg.ldl_factor', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'linalg.ldl_factor[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -636,98 +489,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('linalg.solve', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'linalg.solve[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('log', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'log[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('log10', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'log10[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('log1p', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'log1p[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('log2', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'log2[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('logaddexp', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'logaddexp[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('logaddexp2', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'logaddexp2[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('logical_and', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'logical_and[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('logical_not', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'logical_not[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('logical_or', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'logical_or[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('logical_xor', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'logical_xor[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('lt', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'lt[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('lu', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'lu[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('lu_solve', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'lu_solve[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('lu_unpack', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'lu_unpack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('masked.softmax', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'masked.softmax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('masked_fill', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'masked_fill[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('masked_scatter', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'masked_scatter[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('masked_select', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'masked_select[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('matmul', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'matmul[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('matrix_exp', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'matrix_exp[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('max.binary', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'max.binary[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('max.reduction_no_dim', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'max.reduction_no_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
-    },
-    ('max.reduction_with_dim', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'max.reduction_with_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
-    },
-    ('maximum', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'maximum[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('median', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'median[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('meshgrid.list_of_tensors', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'meshgrid.list_of_tensors[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s35,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('meshgrid.variadic_tensors', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'meshgrid.variadic_tensors[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('min.binary', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'min.binary[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('min.reduction_no_dim', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'min.reduction_no_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
-    },
-    ('min.reduction_with_dim', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'min.reduction_with_dim[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
-    },
-    ('minimum', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'minimum[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('mm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -735,92 +498,23 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('mvlgamma.mvlgamma_p_3', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'mvlgamma.mvlgamma_p_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('nanmedian', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nanmedian[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nanquantile', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nanquantile[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('native_batch_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'native_batch_norm[R;R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynami',
-    },
-    ('native_group_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'native_group_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 6, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fals',
-    },
-    ('native_layer_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'native_layer_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fals',
-    },
     ('new_zeros', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'new_zeros[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.adaptive_avg_pool1d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_avg_pool1d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 8, 8) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., ',
-    },
-    ('nn.functional.adaptive_avg_pool2d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_avg_pool2d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 8, 8, 8) torch.float32) was traced with symbolic sizes (1, s50, s69, s87): dtensor supports static shapes only; compile with torch.compi',
-    },
-    ('nn.functional.adaptive_avg_pool3d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_avg_pool3d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 8, 8, 8, 8) torch.float32) was traced with symbolic sizes (0, s50, s69, s87, s35): dtensor supports static shapes only; compile with tor',
-    },
-    ('nn.functional.adaptive_max_pool1d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_max_pool1d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(...',
-    },
-    ('nn.functional.adaptive_max_pool2d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_max_pool2d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 4, 4, 4) torch.float32) was traced with symbolic sizes (1, s50, s69, s87): dtensor supports static shapes only; compile with torch.compi',
-    },
-    ('nn.functional.adaptive_max_pool3d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.adaptive_max_pool3d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 4, 4, 3, 5) torch.float32) was traced with symbolic sizes (1, s50, s69, s87, s35): dtensor supports static shapes only; compile with tor',
-    },
-    ('nn.functional.avg_pool1d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.avg_pool1d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 9) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
     },
     ('nn.functional.avg_pool2d', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.avg_pool2d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 9, 9) torch.float32) was traced with symbolic sizes (1, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., d',
     },
-    ('nn.functional.avg_pool3d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.avg_pool3d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 3, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87, s35): dtensor supports static shapes only; compile with torch.comp',
-    },
-    ('nn.functional.conv1d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.conv1d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 4) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
-    },
-    ('nn.functional.conv2d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.conv2d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 4, 4) torch.float32) was traced with symbolic sizes (1, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., d',
-    },
-    ('nn.functional.conv3d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.conv3d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 1, 4, 4, 4) torch.float32) was traced with symbolic sizes (1, 1, s69, s87, s35): dtensor supports static shapes only; compile with torch.compile(',
-    },
-    ('nn.functional.conv_transpose1d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.conv_transpose1d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 4) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(...,',
-    },
-    ('nn.functional.conv_transpose2d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.conv_transpose2d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 4, 4) torch.float32) was traced with symbolic sizes (1, s50, s69, s87): dtensor supports static shapes only; compile with torch.comp',
-    },
-    ('nn.functional.conv_transpose3d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.conv_transpose3d[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 4, 4, 4) torch.float32) was traced with symbolic sizes (1, s50, s69, s87, s35): dtensor supports static shapes only; compile with to',
-    },
     ('nn.functional.cosine_embedding_loss', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.cosine_embedding_loss[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., ',
     },
-    ('nn.functional.cosine_similarity', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.cosine_similarity[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynami',
-    },
-    ('nn.functional.cross_entropy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.cross_entropy[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fa',
-    },
     ('nn.functional.embedding_bag', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.embedding_bag[R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int64) was traced with symbolic sizes (s6,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.group_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.group_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 6, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynam',
     },
     ('nn.functional.hardshrink', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.hardshrink[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('nn.functional.hardswish', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.hardswish[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.instance_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.instance_norm[R;R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(.',
     },
     ('nn.functional.interpolate.area', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.interpolate.area[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., d',
@@ -843,23 +537,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.interpolate.trilinear', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.interpolate.trilinear[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87, s35): dtensor supports static shapes only; compile with',
     },
-    ('nn.functional.layer_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.layer_norm[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynam',
-    },
     ('nn.functional.leaky_relu', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.leaky_relu[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
-    },
-    ('nn.functional.linear_cross_entropy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.linear_cross_entropy[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
-    },
-    ('nn.functional.linear_cross_entropy.chunked', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(...,',
-    },
-    ('nn.functional.linear_cross_entropy.chunked_none', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile',
-    },
-    ('nn.functional.local_response_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.local_response_norm[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 6, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., ',
     },
     ('nn.functional.margin_ranking_loss', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.margin_ranking_loss[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=',
@@ -879,9 +558,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.multilabel_soft_margin_loss', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.multilabel_soft_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dy',
     },
-    ('nn.functional.normalize', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.normalize[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 1, 4, 5) torch.float32) was traced with symbolic sizes (s33, 1, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., dy',
-    },
     ('nn.functional.pad.circular', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.pad.circular[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 3, 3) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
     },
@@ -900,17 +576,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.prelu', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.prelu[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('nn.functional.rms_norm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.rms_norm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
-    },
     ('nn.functional.soft_margin_loss', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.soft_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
-    },
-    ('nn.functional.softmin', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.softmin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.softmin.with_dtype', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.softmin.with_dtype[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
     },
     ('nn.functional.softsign', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'nn.functional.softsign[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -930,26 +597,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('polygamma.polygamma_n_3', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'polygamma.polygamma_n_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('positive', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'positive[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('quantile', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'quantile[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('reciprocal', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'reciprocal[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('remainder', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'remainder[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('renorm', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'renorm[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('resolve_conj', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'resolve_conj[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('resolve_neg', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'resolve_neg[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('round.decimals_0', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'round.decimals_0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -965,12 +617,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('slice_scatter', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'slice_scatter[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
-    },
-    ('softmax', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'softmax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('softmax.with_dtype', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'softmax.with_dtype[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('special.bessel_y0', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'special.bessel_y0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -990,18 +636,6 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('special.spherical_bessel_j0', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'special.spherical_bessel_j0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('std_mean', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'std_mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('std_mean.unbiased', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'std_mean.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('stft', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'stft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (100,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('sum_to_size', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'sum_to_size[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('topk', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'topk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
@@ -1011,14 +645,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('transpose_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'transpose_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('true_divide', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'true_divide[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('unbind_copy', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'unbind_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('unsafe_chunk', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'unsafe_chunk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('unsqueeze', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'unsqueeze[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -1026,23 +654,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('var.unbiased', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'var.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
-    ('var_mean', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'var_mean[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('var_mean.unbiased', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'var_mean.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
     ('view', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'view[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('view_as', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'view_as[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('view_as_complex', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'view_as_complex[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('view_as_real', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'view_as_real[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.complex128) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
     },
     ('vsplit', 'dynamic'): {
         'DynamicShapeError outside dispatch': 'vsplit[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
@@ -1058,9 +674,19 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'DynamicShapeError outside dispatch': 'resize_as_[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
         'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
     },
+    # -- PlacementTypeError (raised in an op), TypeError (raised in an op), no strategy
+    ('nn.functional.instance_norm', 'dynamic'): {
+        'PlacementTypeError in aten.view.default': 'nn.functional.instance_norm[S(1);R;R;R;R]@mesh(2): PlacementTypeError: Shard(1, block=s50): expected None (one run: the whole extent) or a run length >= 2 (a run of 1 would give every element to the first rank)',
+        'TypeError in aten.view.default': "nn.functional.instance_norm[S(0);R;R;R;R]@mesh(2): TypeError: unsupported operand type(s) for divmod(): 'SymInt' and 'int'",
+        'no strategy: aten._native_batch_norm_legit.default': 'nn.functional.instance_norm[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); f',
+    },
     # -- RuntimeError (raised in an op)
     ('nn.functional.normalize', 'compiled_backward'): {
         'RuntimeError in aten.where.self': 'nn.functional.normalize[P(sum),S(0)]@mesh(2,2): RuntimeError: expected predicate to be bool, got torch.int64',
+    },
+    # -- TypeError (raised in an op)
+    ('stft', 'dynamic'): {
+        'TypeError in aten.view.default': "stft[S(0)]@mesh(2): TypeError: unsupported operand type(s) for divmod(): 'SymInt' and 'int'",
     },
     # -- Unsupported outside dispatch
     ('cauchy', 'compiled'): {
@@ -1165,6 +791,12 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('uniform', 'resized'): {
         'Unsupported outside dispatch': 'uniform[R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
     },
+    # -- ValueError outside dispatch, output placement differs from the rule's prediction, world ended
+    ('isin', 'dynamic'): {
+        'ValueError outside dispatch': 'isin[P(sum);R]@mesh(2): ValueError: Process group SimProcessGroup(ranks(0,1), rank=0) is not initialized in the world group map. Please initialize the group first.',
+        "output placement differs from the rule's prediction": 'isin[P(sum);P(sum)]@mesh(2): output 0 is S(0), the rule predicted P(max)',
+        'world ended: CollectiveMismatchError': 'isin[S(0);S(0)]@mesh(2): CollectiveMismatchError: collective #8 on group ranks(0,1) does not match across ranks: ranks issued different collectives',
+    },
     # -- no rule
     ('_segment_reduce.lengths', 'compiled'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
@@ -1185,6 +817,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.masked_select.default': "combinations[R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('geqrf', 'compiled'): {
+        'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('geqrf', 'dynamic'): {
         'no rule: aten.geqrf.default': "geqrf[R]@mesh(2): NoShardingRuleError: aten.geqrf.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('geqrf', 'resized'): {
@@ -1216,6 +851,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('masked_scatter', 'compiled_backward'): {
         'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
+    ('masked_scatter', 'dynamic'): {
+        'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
     ('masked_scatter', 'resized'): {
         'no rule: aten.masked_scatter.default': "masked_scatter[R;R;R]@mesh(2): NoShardingRuleError: aten.masked_scatter.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
@@ -1223,6 +861,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('masked_select', 'compiled_backward'): {
+        'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('masked_select', 'dynamic'): {
         'no rule: aten.masked_select.default': "masked_select[R;R]@mesh(2): NoShardingRuleError: aten.masked_select.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('masked_select', 'resized'): {
@@ -1261,6 +902,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.linear_cross_entropy.chunked', 'compiled_backward'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
     },
+    ('nn.functional.linear_cross_entropy.chunked', 'dynamic'): {
+        'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
+    },
     ('nn.functional.linear_cross_entropy.chunked', 'resized'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked.default': "nn.functional.linear_cross_entropy.chunked[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather i",
     },
@@ -1268,6 +912,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
     },
     ('nn.functional.linear_cross_entropy.chunked_none', 'compiled_backward'): {
+        'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
+    },
+    ('nn.functional.linear_cross_entropy.chunked_none', 'dynamic'): {
         'no rule: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default': "nn.functional.linear_cross_entropy.chunked_none[R;R;R]@mesh(2): NoShardingRuleError: torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default has no sharding rule (fallback policy 'error'); use fallback_policy('",
     },
     ('nn.functional.linear_cross_entropy.chunked_none', 'resized'): {
@@ -1294,6 +941,10 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     # -- no strategy, output placement differs from the rule's prediction
     ('native_batch_norm', 'compiled'): {
+        'no strategy: aten._native_batch_norm_legit.default': 'native_batch_norm[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feasible st',
+        "output placement differs from the rule's prediction": 'native_batch_norm[S(0);R;R;R;R]@mesh(2): output 0 is R, the rule predicted S(1)',
+    },
+    ('native_batch_norm', 'dynamic'): {
         'no strategy: aten._native_batch_norm_legit.default': 'native_batch_norm[P(sum);P(sum);P(sum);P(sum);P(sum)]@mesh(2): ShardingError: aten._native_batch_norm_legit.default: no strategy keeps input 3 [P(sum)], input 4 [P(sum)] in place (pinned or written in place); feasible st',
         "output placement differs from the rule's prediction": 'native_batch_norm[S(0);R;R;R;R]@mesh(2): output 0 is R, the rule predicted S(1)',
     },
