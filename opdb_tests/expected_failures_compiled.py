@@ -329,8 +329,20 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('gradient', 'dynamic'): {
         'ConstraintViolationError outside dispatch': 'gradient[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
     },
+    ('grid_sampler_3d', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'grid_sampler_3d[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][1]._local_tensor.size()[4], L[\'args\'][1].size()[4])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
     ('istft', 'dynamic'): {
         'ConstraintViolationError outside dispatch': 'istft[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('kron', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': "kron[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[0], L['args'][0]._local_tensor.size()[1], L['args'][0].size()[0], L['args'][0].size()[1], L['args'][1]._local_tensor.si",
+    },
+    ('linalg.ldl_factor', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'linalg.ldl_factor[S(1)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('linalg.multi_dot', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'linalg.multi_dot[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0][0].size()[1], L[\'args\'][0][1].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
     },
     ('native_group_norm', 'dynamic'): {
         'ConstraintViolationError outside dispatch': "native_group_norm[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0]._local_tensor.size()[2], L['args'][0].size()[1], L['args'][0].size()[2], L['args'][1]._",
@@ -353,8 +365,32 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.cross_entropy', 'dynamic'): {
         'ConstraintViolationError outside dispatch': "nn.functional.cross_entropy[S(1);S(0)]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[0], L['args'][0].size()[0], L['args'][1].size()[0])! For more information, run with TORCH_",
     },
+    ('nn.functional.interpolate.area', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.area[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.interpolate.bicubic', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.bicubic[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.interpolate.bilinear', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.bilinear[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.interpolate.linear', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.linear[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.interpolate.nearest', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.nearest[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.interpolate.nearest-exact', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.nearest-exact[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.interpolate.trilinear', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.interpolate.trilinear[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
     ('nn.functional.layer_norm', 'dynamic'): {
         'ConstraintViolationError outside dispatch': "nn.functional.layer_norm[R;R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0]._local_tensor.size()[1], L['args'][0]._local_tensor.size()[2], L['args'][0].size()[1], L['args'][0].size()[2], L['args",
+    },
+    ('nn.functional.max_unpool2d.grad', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.max_unpool2d.grad[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0].size()[3], L[\'args\'][1].size()[3])! For more information, run with TORCH_LOGS="+dynamic".',
     },
     ('nn.functional.normalize', 'dynamic'): {
         'ConstraintViolationError outside dispatch': 'nn.functional.normalize[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
@@ -362,8 +398,26 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.rms_norm', 'dynamic'): {
         'ConstraintViolationError outside dispatch': "nn.functional.rms_norm[R;R]@mesh(2): ConstraintViolationError: Constraints violated (L['args'][0].size()[1], L['args'][0].size()[2], L['args'][2].size()[1], L['args'][2].size()[2])! For more information, run with TORCH_L",
     },
+    ('nn.functional.upsample_bilinear', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.upsample_bilinear[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('nn.functional.upsample_nearest', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'nn.functional.upsample_nearest[S(2)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('torch.ops.aten._safe_softmax.default', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'torch.ops.aten._safe_softmax.default[S(1)]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    ('unbind_copy', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'unbind_copy[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[0], L[\'args\'][0].size()[0])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
     ('view_as_complex', 'dynamic'): {
         'ConstraintViolationError outside dispatch': 'view_as_complex[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[1], L[\'args\'][0].size()[1])! For more information, run with TORCH_LOGS="+dynamic".',
+    },
+    # -- ConstraintViolationError outside dispatch, PlacementTypeError (raised in an op), TypeError (raised in an op)
+    ('view', 'dynamic'): {
+        'ConstraintViolationError outside dispatch': 'view[R]@mesh(2): ConstraintViolationError: Constraints violated (L[\'args\'][0]._local_tensor.size()[2], L[\'args\'][0].size()[2])! For more information, run with TORCH_LOGS="+dynamic".',
+        'PlacementTypeError in aten.view.default': 'view[S(1)]@mesh(2): PlacementTypeError: Shard(0, block=s50): expected None (one run: the whole extent) or a run length >= 2 (a run of 1 would give every element to the first rank)',
+        'TypeError in aten.view.default': "view[S(0)]@mesh(2): TypeError: unsupported operand type(s) for divmod(): 'SymInt' and 'int'",
     },
     # -- ConstraintViolationError outside dispatch, no strategy
     ('_batch_norm_with_update', 'dynamic'): {
@@ -416,263 +470,10 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'DataDependentOutputException outside dispatch': 'cov[R]@mesh(2): DataDependentOutputException: aten.equal.default',
         'RuntimeError outside dispatch': 'cov[R;R]@mesh(2): RuntimeError: Cannot call numel() on tensor with symbolic sizes/strides',
     },
-    # -- DynamicShapeError outside dispatch
-    ('__radd__', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '__radd__[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('__rmod__', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '__rmod__[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('_segment_reduce.lengths', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '_segment_reduce.lengths[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('_upsample_bilinear2d_aa', 'dynamic'): {
-        'DynamicShapeError outside dispatch': '_upsample_bilinear2d_aa[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 3, 10, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(...',
-    },
-    ('argmin', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'argmin[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('argsort', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'argsort[R]@mesh(2): DynamicShapeError: a DTensor ([R] (8000,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('cat', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'cat[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s35, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('column_stack', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'column_stack[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 2, 1) torch.float32) was traced with symbolic sizes (s35, s16, 1): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('diagflat', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'diagflat[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('digamma', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'digamma[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('dist', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'dist[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fft.fftshift', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fft.fftshift[R]@mesh(2): DynamicShapeError: a DTensor ([R] (9, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fft.hfftn', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fft.hfftn[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 6, 7) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('fft.ihfft', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'fft.ihfft[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 6, 7) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('float_power', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'float_power[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('grid_sampler_3d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'grid_sampler_3d[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 1, 2, 2, 2) torch.float32) was traced with symbolic sizes (1, 1, s69, s87, s35): dtensor supports static shapes only; compile with torch.compile(..., dy',
-    },
-    ('half', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'half[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('index_put', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'index_put[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('isinf', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'isinf[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('kron', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'kron[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('linalg.ldl_factor', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'linalg.ldl_factor[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('linalg.multi_dot', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'linalg.multi_dot[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2) torch.float32) was traced with symbolic sizes (1, s16): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('linalg.pinv.singular', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'linalg.pinv.singular[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 0) torch.float32) was traced with symbolic sizes (s6, 0): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('linalg.solve', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'linalg.solve[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('masked.softmax', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'masked.softmax[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('mm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'mm[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('mvlgamma.mvlgamma_p_3', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'mvlgamma.mvlgamma_p_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('new_zeros', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'new_zeros[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.avg_pool2d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.avg_pool2d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 9, 9) torch.float32) was traced with symbolic sizes (1, s50, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., d',
-    },
-    ('nn.functional.cosine_embedding_loss', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.cosine_embedding_loss[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., ',
-    },
-    ('nn.functional.embedding_bag', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.embedding_bag[R;R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.int64) was traced with symbolic sizes (s6,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.hardshrink', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.hardshrink[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.hardswish', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.hardswish[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.interpolate.area', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.area[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., d',
-    },
-    ('nn.functional.interpolate.bicubic', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.bicubic[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.com',
-    },
-    ('nn.functional.interpolate.bilinear', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.bilinear[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.co',
-    },
-    ('nn.functional.interpolate.linear', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.linear[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(...,',
-    },
-    ('nn.functional.interpolate.nearest', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.nearest[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(...',
-    },
-    ('nn.functional.interpolate.nearest-exact', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.nearest-exact[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compi',
-    },
-    ('nn.functional.interpolate.trilinear', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.interpolate.trilinear[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87, s35): dtensor supports static shapes only; compile with',
-    },
-    ('nn.functional.leaky_relu', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.leaky_relu[R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
-    },
-    ('nn.functional.margin_ranking_loss', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.margin_ranking_loss[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=',
-    },
-    ('nn.functional.max_pool1d', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.max_pool1d[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=F',
-    },
-    ('nn.functional.max_unpool2d.grad', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.max_unpool2d.grad[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 1, 2) torch.float32) was traced with symbolic sizes (1, s50, 1, s87): dtensor supports static shapes only; compile with torch.compile',
-    },
-    ('nn.functional.multi_margin_loss', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.multi_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fals',
-    },
-    ('nn.functional.multilabel_margin_loss', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.multilabel_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
-    },
-    ('nn.functional.multilabel_soft_margin_loss', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.multilabel_soft_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dy',
-    },
-    ('nn.functional.pad.circular', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.pad.circular[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 3, 3) torch.float32) was traced with symbolic sizes (0, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
-    },
-    ('nn.functional.pad.constant', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.pad.constant[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
-    },
-    ('nn.functional.pad.reflect', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.pad.reflect[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.pad.replicate', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.pad.replicate[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 3) torch.float32) was traced with symbolic sizes (1, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.pad.replicate_negative', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.pad.replicate_negative[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 3, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.',
-    },
-    ('nn.functional.prelu', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.prelu[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.soft_margin_loss', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.soft_margin_loss[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
-    },
-    ('nn.functional.softsign', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.softsign[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('nn.functional.unfold', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.unfold[R]@mesh(2): DynamicShapeError: a DTensor ([R] (0, 1, 5, 5) torch.float32) was traced with symbolic sizes (0, 1, s69, s87): dtensor supports static shapes only; compile with torch.compile(..., dynamic',
-    },
-    ('nn.functional.upsample_bilinear', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.upsample_bilinear[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69, s87): dtensor supports static shapes only; compile with torch.compi',
-    },
-    ('nn.functional.upsample_nearest', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'nn.functional.upsample_nearest[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., d',
-    },
-    ('norm.nuc', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'norm.nuc[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('polygamma.polygamma_n_3', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'polygamma.polygamma_n_3[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('reciprocal', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'reciprocal[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('renorm', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'renorm[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('round.decimals_0', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'round.decimals_0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('scatter', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'scatter[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('scatter_add', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'scatter_add[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('sgn', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'sgn[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('slice_scatter', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'slice_scatter[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (20, 20, 20) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False',
-    },
-    ('special.bessel_y0', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'special.bessel_y0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('special.hermite_polynomial_he', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'special.hermite_polynomial_he[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('special.i1', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'special.i1[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('special.ndtri', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'special.ndtri[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('special.scaled_modified_bessel_k0', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'special.scaled_modified_bessel_k0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=Fal',
-    },
-    ('special.spherical_bessel_j0', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'special.spherical_bessel_j0[R]@mesh(2): DynamicShapeError: a DTensor ([R] (20,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('topk', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'topk[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 10, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('torch.ops.aten._safe_softmax.default', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'torch.ops.aten._safe_softmax.default[R]@mesh(2): DynamicShapeError: a DTensor ([R] (2, 3, 4) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(',
-    },
-    ('transpose_copy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'transpose_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (1, 2, 3) torch.float32) was traced with symbolic sizes (1, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('unbind_copy', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'unbind_copy[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5,) torch.float32) was traced with symbolic sizes (s33,): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('unsqueeze', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'unsqueeze[R]@mesh(2): DynamicShapeError: a DTensor ([R] (3, 4, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('var.unbiased', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'var.unbiased[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('view', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'view[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
+    # -- PlacementTypeError (raised in an op), TypeError (raised in an op)
     ('view_as', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'view_as[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('vsplit', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'vsplit[R]@mesh(2): DynamicShapeError: a DTensor ([R] (6, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('where', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'where[R;R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (10, 10) torch.bool) was traced with symbolic sizes (s6, s81): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    ('zeros_like', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'zeros_like[R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5) torch.float32) was traced with symbolic sizes (s33, s50): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-    },
-    # -- DynamicShapeError outside dispatch, Unsupported outside dispatch
-    ('resize_as_', 'dynamic'): {
-        'DynamicShapeError outside dispatch': 'resize_as_[R;R]@mesh(2): DynamicShapeError: a DTensor ([R] (5, 5, 5) torch.float32) was traced with symbolic sizes (s33, s50, s69): dtensor supports static shapes only; compile with torch.compile(..., dynamic=False)',
-        'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+        'PlacementTypeError in aten.view.default': 'view_as[S(1);S(0)]@mesh(2): PlacementTypeError: Shard(0, block=s50): expected None (one run: the whole extent) or a run length >= 2 (a run of 1 would give every element to the first rank)',
+        'TypeError in aten.view.default': "view_as[S(0);R]@mesh(2): TypeError: unsupported operand type(s) for divmod(): 'SymInt' and 'int'",
     },
     # -- PlacementTypeError (raised in an op), TypeError (raised in an op), no strategy
     ('nn.functional.instance_norm', 'dynamic'): {
@@ -684,7 +485,18 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('nn.functional.normalize', 'compiled_backward'): {
         'RuntimeError in aten.where.self': 'nn.functional.normalize[P(sum),S(0)]@mesh(2,2): RuntimeError: expected predicate to be bool, got torch.int64',
     },
+    # -- RuntimeError (raised in an op), TypeError (raised in an op)
+    ('nn.functional.multilabel_margin_loss', 'dynamic'): {
+        'RuntimeError in aten.where.self': 'nn.functional.multilabel_margin_loss[S(0);S(0)]@mesh(2): RuntimeError: expected predicate to be bool, got torch.int64',
+        'TypeError in aten.view.default': "nn.functional.multilabel_margin_loss[P(sum);P(sum)]@mesh(2): TypeError: unsupported operand type(s) for divmod(): 'SymInt' and 'int'",
+    },
     # -- TypeError (raised in an op)
+    ('nn.functional.hardswish', 'dynamic'): {
+        'TypeError in aten.hardswish.default': 'nn.functional.hardswish[R]@mesh(2): TypeError: unhashable type: non-nested SymInt',
+    },
+    ('nn.functional.multilabel_soft_margin_loss', 'dynamic'): {
+        'TypeError in aten.log_sigmoid_forward.default': 'nn.functional.multilabel_soft_margin_loss[R;R]@mesh(2): TypeError: unhashable type: non-nested SymInt',
+    },
     ('stft', 'dynamic'): {
         'TypeError in aten.view.default': "stft[S(0)]@mesh(2): TypeError: unsupported operand type(s) for divmod(): 'SymInt' and 'int'",
     },
@@ -779,6 +591,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ('resize_as_', 'compiled'): {
         'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
     },
+    ('resize_as_', 'dynamic'): {
+        'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
+    },
     ('resize_as_', 'resized'): {
         'Unsupported outside dispatch': 'resize_as_[R;R]@mesh(2): Unsupported: Attempted to call function marked as skipped',
     },
@@ -802,6 +617,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('_segment_reduce.lengths', 'compiled_backward'): {
+        'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('_segment_reduce.lengths', 'dynamic'): {
         'no rule: aten.segment_reduce.default': "_segment_reduce.lengths[R;R]@mesh(2): NoShardingRuleError: aten.segment_reduce.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('combinations', 'compiled'): {
@@ -874,6 +692,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     },
     ('nn.functional.embedding_bag', 'compiled_backward'): {
         'no rule: aten._embedding_bag.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
+    },
+    ('nn.functional.embedding_bag', 'dynamic'): {
+        'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
     },
     ('nn.functional.embedding_bag', 'resized'): {
         'no rule: aten._embedding_bag_forward_only.default': "nn.functional.embedding_bag[R;R;R;R]@mesh(2): NoShardingRuleError: aten._embedding_bag_forward_only.default has no sharding rule (fallback policy 'error'); use fallback_policy('warn') to gather inputs to Replicate",
