@@ -123,9 +123,9 @@ def run_as_gloo_rank(program: Callable[[], Any], argv: list[str], timeout: timed
     finally:
         gc.collect()  # free the program's tensors and works while gloo's threads are alive
         dist.destroy_process_group()
-    for thread in threading.enumerate():  # what a normal exit waits for (background saves)
-        if not thread.daemon and thread is not threading.main_thread():
-            thread.join()
+    # what a normal exit does first: join non-daemon threads (a background save) and shut
+    # executors down (joining their idle workers by hand would wait forever)
+    threading._shutdown()
     print(f"rank {rank}: process group destroyed", file=sys.stderr, flush=True)
     sys.stdout.flush()
     # The result is saved and the group is down. Skip interpreter finalization: a gloo thread
